@@ -67,7 +67,10 @@ func readFile(path string) FileInput {
 	if err != nil {
 		return FileInput{Err: err}
 	}
-	if !fi.Mode().IsRegular() {
+	switch {
+	case fi.IsDir():
+		return FileInput{Err: errors.New("is a directory")}
+	case !fi.Mode().IsRegular():
 		return FileInput{Err: fmt.Errorf("not a regular file (mode %v)", fi.Mode().Type())}
 	}
 	f, err := os.Open(path)

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/democratic-csi/proxy-topology/examples"
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+// Options are the serve flags. Each flag's default comes from the env var
+// named in its help, so a Pod spec can set either.
+type Options struct {
+	// Config is the main config file; empty serves the built-in default.
+	Config string
+	// DefaultDir is where the built-in default keeps its connections and
+	// volumes.
+	DefaultDir string
+	// Endpoint is the CSI socket, unix:///path (or tcp://host:port).
+	Endpoint string
+	// NodeID is reported by NodeGetInfo and given to built-in drivers.
+	NodeID string
+	// Mode is all, controller or node.
+	Mode string
+	// LogFormat is text or json; LogLevel debug, info, warn or error.
+	LogFormat, LogLevel string
+	// CSIName overrides csiName from the main config.
+	CSIName string
+	// ShutdownTimeout bounds how long in-flight calls may take after
+	// SIGTERM before they are cut.
+	ShutdownTimeout time.Duration
+}
+
+func env(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func defaultNodeID() string {
+	if v := env("CSI_NODE_ID", "NODE_NAME"); v != "" {
+		return v
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// AddFlags registers the serve flags on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Config, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG); empty serves the built-in example config with local-hostpath connections")
+	fs.StringVar(&o.DefaultDir, "default-dir", or(env("PROXY_TOPOLOGY_DEFAULT_DIR"), filepath.Join(os.TempDir(), "proxy-topology-default")), "where the built-in default keeps connections and volumes (env PROXY_TOPOLOGY_DEFAULT_DIR)")
+	fs.StringVar(&o.Endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "CSI socket (env CSI_ENDPOINT)")
+	fs.StringVar(&o.NodeID, "node-id", defaultNodeID(), "node name (env CSI_NODE_ID, then NODE_NAME, then the hostname)")
+	fs.StringVar(&o.Mode, "mode", or(env("PROXY_TOPOLOGY_MODE"), pcsi.ModeAll), "all, controller or node (env PROXY_TOPOLOGY_MODE)")
+	fs.StringVar(&o.LogFormat, "log-format", or(env("PROXY_TOPOLOGY_LOG_FORMAT"), "text"), "text or json (env PROXY_TOPOLOGY_LOG_FORMAT)")
+	fs.StringVar(&o.LogLevel, "log-level", or(env("PROXY_TOPOLOGY_LOG_LEVEL"), "info"), "debug, info, warn or error (env PROXY_TOPOLOGY_LOG_LEVEL)")
+	fs.StringVar(&o.CSIName, "csi-name", env("PROXY_TOPOLOGY_CSI_NAME"), "driver name; overrides csiName in the config (env PROXY_TOPOLOGY_CSI_NAME)")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may run after SIGTERM")
+}
+
+// Validate checks the flags; errors name the flag.
+func (o *Options) Validate() error {
+	var errs []error
+	switch o.Mode {
+	case pcsi.ModeAll, pcsi.ModeController, pcsi.ModeNode:
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: want all, controller or node", o.Mode))
+	}
+	if o.NodeID == "" && o.Mode != pcsi.ModeController {
+		errs = append(errs, errors.New("--node-id is empty and no CSI_NODE_ID, NODE_NAME or hostname is available"))
+	}
+	if o.CSIName != "" {
+		if err := config.ValidateCSIName(o.CSIName); err != nil {
+			errs = append(errs, fmt.Errorf("--csi-name: %w", err))
+		}
+	}
+	if o.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %s is negative", o.ShutdownTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+func serve(args []string) int {
+	var o Options
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := logging.New(os.Stderr, o.LogFormat, o.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxy-topology:", err)
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "proxy-topology:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := Serve(ctx, o, log); err != nil {
+		log.Error("exiting", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// Serve loads the config, builds the driver and serves until ctx ends.
+func Serve(ctx context.Context, o Options, log *slog.Logger) error {
+	cfg, err := loadConfig(o, log)
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	name := or(o.CSIName, or(cfg.CSIName, config.DefaultCSIName))
+	version := buildVersion()
+
+	srv := grpc.NewServer(pcsi.Interceptors(log))
+	var driver *pcsi.Driver
+	var pool *upstream.Pool
+	switch cfg.Driver {
+	case config.DriverLocalHostpath:
+		d, err := hostpath.New(hostpath.Options{
+			DriverName: name, Version: version, NodeID: o.NodeID,
+			BasePath:          cfg.LocalHostpath.ShareBasePath,
+			Stage:             cfg.LocalHostpath.Stage,
+			ControllerPublish: cfg.LocalHostpath.ControllerPublish,
+			Logger:            log,
+		})
+		if err != nil {
+			return fmt.Errorf("config %s: local-hostpath: %w", cfg.File, err)
+		}
+		d.Register(srv)
+		log.Info("serving built-in local-hostpath", "base_path", cfg.LocalHostpath.ShareBasePath)
+	default:
+		pool = upstream.NewPool(log)
+		defer pool.Close()
+		driver, err = newProxy(ctx, o, cfg, name, version, pool, log)
+		if err != nil {
+			return err
+		}
+		driver.Register(srv)
+	}
+
+	lis, err := pcsi.Listen(o.Endpoint)
+	if err != nil {
+		return err
+	}
+	if driver != nil {
+		driver.SetReady(true)
+	}
+	log.Info("serving CSI", "endpoint", o.Endpoint, "name", name, "version", version, "mode", o.Mode, "node_id", o.NodeID)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: waiting for in-flight calls", "timeout", o.ShutdownTimeout)
+	if driver != nil {
+		driver.SetReady(false)
+	}
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.ShutdownTimeout):
+		log.Warn("in-flight calls did not finish in time; stopping")
+		srv.Stop()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, log *slog.Logger) (*pcsi.Driver, error) {
+	ev := cfg.Topology
+	topo := accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()}
+	timeout := time.Duration(cfg.Proxy.CacheTimeoutMinutes) * time.Minute
+	if cfg.Proxy.CacheTimeoutMinutes < 0 {
+		timeout = -1
+	}
+	store := connection.NewStore(connection.Options{
+		Folder: cfg.Proxy.ConfigFolder, CacheTimeout: timeout, Topology: topo,
+		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
+	})
+	opts := pcsi.Options{
+		Name: name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
+		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
+		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
+	}
+	if o.Mode != pcsi.ModeController {
+		res := ev.Evaluate(nodetopology.Gather(ctx, ev, o.NodeID, nil))
+		for _, r := range res.Rules {
+			log.Debug("node topology rule", "index", r.Index, "key", r.Key, "status", r.Status, "value", r.Value, "reason", r.Reason)
+		}
+		opts.NodeSegments, opts.NodeTopologyErr = res.Segments, res.Err()
+		if opts.NodeTopologyErr != nil {
+			log.Error("node reports no topology segment; NodeGetInfo will fail until the rules are fixed", "error", opts.NodeTopologyErr)
+		} else {
+			log.Info("node topology", "segments", formatSegments(res.Segments))
+		}
+	}
+	if _, err := os.Stat(cfg.Proxy.ConfigFolder); err != nil {
+		log.Warn("connection folder is not readable yet; calls will fail until it is", "folder", cfg.Proxy.ConfigFolder, "error", err)
+	} else if names, err := store.List(); err == nil {
+		log.Info("connections", "folder", cfg.Proxy.ConfigFolder, "names", strings.Join(names, ","))
+	}
+	return pcsi.New(opts)
+}
+
+func formatSegments(m map[string]string) string {
+	keys := sortedKeys(m)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// loadConfig reads --config, or materialises the built-in default.
+func loadConfig(o Options, log *slog.Logger) (*config.Loaded, error) {
+	if o.Config != "" {
+		return config.LoadMainFile(o.Config)
+	}
+	data, err := examplesProxyYAML()
+	if err != nil {
+		return nil, err
+	}
+	folder, err := materializeDefault(o.DefaultDir)
+	if err != nil {
+		return nil, fmt.Errorf("built-in default in %s: %w", o.DefaultDir, err)
+	}
+	environ := append(os.Environ(), config.EnvPrefix+"PROXY__CONFIGFOLDER="+folder)
+	log.Info("no --config: serving the built-in example config", "connections", folder)
+	return config.LoadMain("(built-in examples/proxy.yaml)", data, environ)
+}
+
+// materializeDefault writes the example local-hostpath connections into
+// dir/connections with their volumes under dir/data/<name>, so the default
+// runs without root and without external storage. Connections to external
+// drivers are left out: they would point at sockets that do not exist here.
+func materializeDefault(dir string) (string, error) {
+	folder := filepath.Join(dir, "connections")
+	if err := os.MkdirAll(folder, 0o750); err != nil {
+		return "", err
+	}
+	entries, err := examples.Files.ReadDir("connections")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		data, err := examples.Files.ReadFile("connections/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		c, _, err := config.ParseConnection(e.Name(), data, accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster})
+		if err != nil || c.Driver != config.DriverLocalHostpath {
+			continue
+		}
+		name := strings.TrimSuffix(e.Name(), ".yaml")
+		out := strings.Replace(string(data), c.LocalHostpath.ShareBasePath, filepath.Join(dir, "data", name), 1)
+		if err := writeIfChanged(filepath.Join(folder, e.Name()), []byte(out)); err != nil {
+			return "", err
+		}
+	}
+	return folder, nil
+}
+
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func examplesProxyYAML() ([]byte, error) { return examples.Files.ReadFile("proxy.yaml") }

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+)
+
+// Connection is one <name>.yaml in the connection folder.
+//
+// Connection files are decoded with yaml.v3 rather than koanf because their
+// maps (parameters, extra labels) have keys containing dots, which koanf's
+// path delimiter would split.
+type Connection struct {
+	// Driver is "csi" (forward to an external CSI driver) or
+	// "local-hostpath" (built in). "proxy" is refused: no proxy-on-proxy.
+	Driver        string         `yaml:"driver"`
+	CSI           CSIUpstream    `yaml:"csi"`
+	LocalHostpath LocalHostpath  `yaml:"local-hostpath"`
+	Proxy         ConnectionPlus `yaml:"proxy"`
+}
+
+// CSIUpstream configures driver: csi.
+type CSIUpstream struct {
+	// Endpoint is the controller-side upstream: unix:///path or host:port.
+	Endpoint string `yaml:"endpoint"`
+	// NodeEndpoint is the node-side upstream; empty means Endpoint.
+	NodeEndpoint string `yaml:"nodeEndpoint"`
+	// Timeout caps each upstream call; 0 means the caller's deadline only.
+	Timeout time.Duration `yaml:"timeout"`
+	// Parameters are defaults under the StorageClass parameters (the
+	// StorageClass wins).
+	Parameters map[string]string `yaml:"parameters"`
+	// Secrets are defaults under the request's secrets (the request wins).
+	Secrets map[string]string `yaml:"secrets"`
+}
+
+// ConnectionPlus is the proxy section of a connection file.
+type ConnectionPlus struct {
+	PerDriver PerDriver `yaml:"perDriver"`
+}
+
+// PerDriver holds proxy settings for this connection.
+type PerDriver struct {
+	// Topology lists where this connection's storage is reachable; empty
+	// means everywhere.
+	Topology []accessible.Entry `yaml:"topology"`
+}
+
+// NodeSideEndpoint is the endpoint node calls go to.
+func (c *CSIUpstream) NodeSideEndpoint() string {
+	if c.NodeEndpoint != "" {
+		return c.NodeEndpoint
+	}
+	return c.Endpoint
+}
+
+// ParseConnection decodes and validates one connection file. file is used in
+// messages only. Unknown keys are returned as warnings.
+func ParseConnection(file string, data []byte, topo accessible.Options) (*Connection, []string, error) {
+	var c Connection
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	// An empty file decodes to the zero Connection (io.EOF), so it fails
+	// validation with "driver: required" rather than a bare EOF.
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("file %s: %w", file, err)
+	}
+	var raw map[string]any
+	_ = yaml.Unmarshal(data, &raw)
+	warnings := unknownConnectionKeys(file, raw)
+	if err := c.Validate(topo); err != nil {
+		return nil, warnings, fmt.Errorf("file %s: %w", file, err)
+	}
+	return &c, warnings, nil
+}
+
+// Validate checks the connection; errors name the key path.
+func (c *Connection) Validate(topo accessible.Options) error {
+	var errs []error
+	add := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	switch c.Driver {
+	case DriverCSI:
+		if c.CSI.Endpoint == "" {
+			add("csi.endpoint", "required for driver: csi")
+		} else if err := ValidateEndpoint(c.CSI.Endpoint); err != nil {
+			add("csi.endpoint", "%v", err)
+		}
+		if c.CSI.NodeEndpoint != "" {
+			if err := ValidateEndpoint(c.CSI.NodeEndpoint); err != nil {
+				add("csi.nodeEndpoint", "%v", err)
+			}
+		}
+		if c.CSI.Timeout < 0 {
+			add("csi.timeout", "%s is negative", c.CSI.Timeout)
+		}
+		if _, ok := c.CSI.Parameters["connection"]; ok {
+			add("csi.parameters.connection", "is reserved for the proxy and never sent upstream")
+		}
+	case DriverLocalHostpath:
+		if p := c.LocalHostpath.ShareBasePath; p == "" || !filepath.IsAbs(p) {
+			add("local-hostpath.shareBasePath", "must be an absolute path, got %q", p)
+		}
+	case DriverProxy:
+		add("driver", "proxy is only valid in the main config (a connection cannot be another proxy)")
+	case "":
+		add("driver", "required (csi or local-hostpath)")
+	default:
+		add("driver", "%q is not one of csi, local-hostpath", c.Driver)
+	}
+	if err := accessible.Validate(c.Proxy.PerDriver.Topology, topo); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateEndpoint accepts unix:///absolute/path (also unix:/path) or
+// host:port. A TCP endpoint is used only because it is written here
+// explicitly; nothing is inferred.
+func ValidateEndpoint(ep string) error {
+	if rest, ok := strings.CutPrefix(ep, "unix://"); ok {
+		if !filepath.IsAbs(rest) {
+			return fmt.Errorf("%q: unix endpoint needs an absolute path (unix:///path/to/csi.sock)", ep)
+		}
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(ep, "unix:"); ok {
+		if !filepath.IsAbs(rest) {
+			return fmt.Errorf("%q: unix endpoint needs an absolute path", ep)
+		}
+		return nil
+	}
+	if strings.Contains(ep, "://") {
+		return fmt.Errorf("%q: only unix:// and host:port endpoints are supported", ep)
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("%q is neither unix:///path nor host:port", ep)
+	}
+	return nil
+}
+
+var connectionKeys = map[string][]string{
+	"":                {"driver", "csi", "local-hostpath", "proxy"},
+	"csi":             {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
+	"local-hostpath":  {"shareBasePath", "stage", "controllerPublish"},
+	"proxy":           {"perDriver"},
+	"proxy.perDriver": {"topology"},
+}
+
+func unknownConnectionKeys(file string, raw map[string]any) []string {
+	var out []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		allowed := connectionKeys[prefix]
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			path := k
+			if prefix != "" {
+				path = prefix + "." + k
+			}
+			if !contains(allowed, k) {
+				out = append(out, fmt.Sprintf("file %s: unknown key %s (ignored)", file, path))
+				continue
+			}
+			if sub, ok := m[k].(map[string]any); ok {
+				if _, nested := connectionKeys[path]; nested {
+					walk(path, sub)
+				}
+			}
+		}
+	}
+	walk("", raw)
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

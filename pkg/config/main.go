@@ -1,0 +1,280 @@
+// Package config loads and validates the main config and connection files.
+// Everything is parsed and checked once, up front; the rest of the program
+// receives plain structs, never a koanf instance.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
+
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+)
+
+// Drivers a main config or a connection can name.
+const (
+	DriverProxy         = "proxy"
+	DriverCSI           = "csi"
+	DriverLocalHostpath = "local-hostpath"
+)
+
+// DefaultCSIName is the driver name reported by GetPluginInfo.
+const DefaultCSIName = "org.democratic-csi.proxy-topology"
+
+// EnvPrefix starts env vars that override main-config keys:
+// PROXY_TOPOLOGY_SET_PROXY__DEFAULTCONNECTION=x sets proxy.defaultConnection
+// (double underscore separates path parts; matching is case-insensitive).
+const EnvPrefix = "PROXY_TOPOLOGY_SET_"
+
+// Main is the main config file (--config).
+type Main struct {
+	// Driver is what this process serves: "proxy" (default) routes to
+	// connections; "local-hostpath" serves the built-in driver directly.
+	Driver string `koanf:"driver"`
+	// CSIName is the name reported by GetPluginInfo; empty means
+	// DefaultCSIName. The --csi-name flag wins.
+	CSIName string `koanf:"csiName"`
+	// Proxy configures driver: proxy.
+	Proxy Proxy `koanf:"proxy"`
+	// LocalHostpath configures driver: local-hostpath.
+	LocalHostpath LocalHostpath `koanf:"local-hostpath"`
+}
+
+// Proxy is the proxy section of the main config.
+type Proxy struct {
+	// ConfigFolder holds one <connection>.yaml per connection. Required.
+	ConfigFolder string `koanf:"configFolder"`
+	// DefaultConnection serves requests without a connection parameter;
+	// empty means such requests are refused.
+	DefaultConnection string `koanf:"defaultConnection"`
+	// CacheTimeoutMinutes: 0 re-reads the file on every call, -1 caches
+	// forever, N drops a connection unused for N minutes. A changed file is
+	// reloaded whatever the value. Unset means 60.
+	CacheTimeoutMinutes int `koanf:"cacheTimeoutMinutes"`
+	// NodeTopology computes the segments NodeGetInfo reports.
+	NodeTopology nodetopology.Config `koanf:"nodeTopology"`
+	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
+	MaxVolumesPerNode int64 `koanf:"maxVolumesPerNode"`
+}
+
+// LocalHostpath configures the built-in driver, in the main config
+// (driver: local-hostpath) or in a connection file.
+type LocalHostpath struct {
+	// ShareBasePath holds one directory per volume. Required, absolute.
+	ShareBasePath string `koanf:"shareBasePath" yaml:"shareBasePath"`
+	// Stage makes the driver advertise STAGE_UNSTAGE_VOLUME and bind-mount
+	// on NodeStage; publish then binds from the staging path.
+	Stage bool `koanf:"stage" yaml:"stage"`
+	// ControllerPublish makes the driver record attachments per node id.
+	ControllerPublish bool `koanf:"controllerPublish" yaml:"controllerPublish"`
+}
+
+// Loaded is a validated main config plus what loading noticed.
+type Loaded struct {
+	Main
+	// File is the path it came from ("" for embedded).
+	File string
+	// Warnings lists unknown keys and other non-fatal findings.
+	Warnings []string
+	// Topology is the compiled proxy.nodeTopology.
+	Topology *nodetopology.Evaluator
+}
+
+// LoadMainFile reads and validates a main config file.
+func LoadMainFile(path string) (*Loaded, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return LoadMain(path, data, os.Environ())
+}
+
+// LoadMain parses data (YAML) as a main config named name, applies env
+// overrides from environ, fills defaults and validates. The error names the
+// file, the key path and the reason.
+func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
+	k := koanf.New(".")
+	if err := k.Load(rawbytes.Provider(data), yaml.Parser()); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	known := knownKeys(reflect.TypeOf(Main{}), "")
+	if err := applyEnv(k, known, environ); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	var warnings []string
+	for _, key := range k.Keys() {
+		if _, ok := known[key]; !ok && !underLeaf(key, known) {
+			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %s (ignored)", name, key))
+		}
+	}
+	warnings = append(warnings, unknownRuleKeys(name, k)...)
+
+	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
+	if err := k.UnmarshalWithConf("", &m, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	if m.Driver == "" {
+		m.Driver = DriverProxy
+	}
+	l := &Loaded{Main: m, File: name, Warnings: warnings}
+	if err := l.validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	return l, nil
+}
+
+func (l *Loaded) validate() error {
+	var errs []error
+	add := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if l.CSIName != "" {
+		if err := ValidateCSIName(l.CSIName); err != nil {
+			add("csiName", "%v", err)
+		}
+	}
+	switch l.Driver {
+	case DriverProxy:
+		if l.Proxy.ConfigFolder == "" {
+			add("proxy.configFolder", "required for driver: proxy")
+		}
+		if d := l.Proxy.DefaultConnection; d != "" {
+			if err := ids.ValidateConnectionName(d); err != nil {
+				add("proxy.defaultConnection", "%v", err)
+			}
+		}
+		if l.Proxy.CacheTimeoutMinutes < -1 {
+			add("proxy.cacheTimeoutMinutes", "%d is invalid (0: no cache, -1: forever, N>0: minutes)", l.Proxy.CacheTimeoutMinutes)
+		}
+		if l.Proxy.MaxVolumesPerNode < 0 {
+			add("proxy.maxVolumesPerNode", "%d is negative", l.Proxy.MaxVolumesPerNode)
+		}
+		ev, err := nodetopology.Compile(l.Proxy.NodeTopology)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		l.Topology = ev
+	case DriverLocalHostpath:
+		if p := l.LocalHostpath.ShareBasePath; p == "" || !filepath.IsAbs(p) {
+			add("local-hostpath.shareBasePath", "must be an absolute path, got %q", p)
+		}
+	case DriverCSI:
+		add("driver", "csi is only valid in a connection file; the main config serves proxy or local-hostpath")
+	default:
+		add("driver", "%q is not one of proxy, local-hostpath", l.Driver)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateCSIName checks a CSI driver name: at most 63 characters, begins
+// and ends with an alphanumeric, with dashes, dots and alphanumerics between
+// (CSI spec, GetPluginInfoResponse.name).
+func ValidateCSIName(n string) error {
+	if n == "" || len(n) > 63 {
+		return fmt.Errorf("%q must be 1 to 63 characters", n)
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if alnum || (c == '-' || c == '.') && i > 0 && i < len(n)-1 {
+			continue
+		}
+		return fmt.Errorf("%q is not a valid CSI driver name (alphanumerics, '-' and '.', starting and ending with an alphanumeric)", n)
+	}
+	return nil
+}
+
+// knownKeys lists the dotted koanf paths of a struct's fields. Maps, slices
+// and non-struct fields are leaves.
+func knownKeys(t reflect.Type, prefix string) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("koanf")
+		if tag == "" {
+			continue
+		}
+		key := prefix + tag
+		if f.Type.Kind() == reflect.Struct {
+			for k, v := range knownKeys(f.Type, key+".") {
+				out[k] = v
+			}
+			continue
+		}
+		out[key] = f.Type
+	}
+	return out
+}
+
+// underLeaf reports whether key sits inside a map-typed leaf (whose own keys
+// are free-form).
+func underLeaf(key string, known map[string]reflect.Type) bool {
+	for k, t := range known {
+		if t.Kind() == reflect.Map && strings.HasPrefix(key, k+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownRuleKeys warns about misspelt keys inside fromRegexp rules, which
+// koanf keeps as a raw list.
+func unknownRuleKeys(name string, k *koanf.Koanf) []string {
+	rules, ok := k.Get("proxy.nodeTopology.fromRegexp").([]any)
+	if !ok {
+		return nil
+	}
+	known := knownKeys(reflect.TypeOf(nodetopology.Rule{}), "")
+	var out []string
+	for i, r := range rules {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		keys := make([]string, 0, len(m))
+		for key := range m {
+			keys = append(keys, key)
+		}
+		sort.Strings(keys)
+		for _, key := range keys {
+			if _, ok := known[key]; !ok {
+				out = append(out, fmt.Sprintf("config %s: unknown key proxy.nodeTopology.fromRegexp[%d].%s (ignored)", name, i, key))
+			}
+		}
+	}
+	return out
+}
+
+// applyEnv sets scalar keys from PROXY_TOPOLOGY_SET_* variables.
+func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) error {
+	byEnv := map[string]string{}
+	for key, t := range known {
+		switch t.Kind() {
+		case reflect.String, reflect.Int, reflect.Int64, reflect.Bool:
+			byEnv[strings.ToUpper(strings.ReplaceAll(strings.ReplaceAll(key, ".", "__"), "-", "_"))] = key
+		}
+	}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key, ok := byEnv[strings.ToUpper(strings.TrimPrefix(name, EnvPrefix))]
+		if !ok {
+			return fmt.Errorf("env %s does not name a scalar config key", name)
+		}
+		if err := k.Set(key, value); err != nil {
+			return fmt.Errorf("env %s: %w", name, err)
+		}
+	}
+	return nil
+}

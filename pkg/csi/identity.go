@@ -1,0 +1,33 @@
+package csi
+
+import (
+	"context"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// GetPluginInfo reports the configured driver name and version.
+func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: d.opts.Name, VendorVersion: d.opts.Version}, nil
+}
+
+// GetPluginCapabilities advertises the controller service, topology and
+// online expansion.
+func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
+		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
+		svc(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+		svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
+		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
+			Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
+	}}, nil
+}
+
+// Probe answers from memory only: a liveness probe must not depend on any
+// upstream, or one dead storage system would restart the whole proxy.
+func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(d.ready.Load())}, nil
+}

@@ -1,0 +1,116 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
+)
+
+type callKey struct{}
+
+// call carries per-request facts that handlers learn (the connection) to
+// the logging interceptor, which runs outside them.
+type call struct {
+	id         string
+	connection atomic.Pointer[string]
+}
+
+// setConnection records the connection a request was routed to.
+func setConnection(ctx context.Context, name string) {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		c.connection.Store(&name)
+	}
+}
+
+// RequestID returns the id the interceptor assigned to this request.
+func RequestID(ctx context.Context) string {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		return c.id
+	}
+	return ""
+}
+
+var requestCounter atomic.Uint64
+
+// Interceptors returns the server chain: request id, then logging, then
+// panic recovery closest to the handler so a recovered panic is logged like
+// any other failed call.
+func Interceptors(log *slog.Logger) grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(requestIDInterceptor, loggingInterceptor(log), recoveryInterceptor(log))
+}
+
+func requestIDInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	c := &call{id: strconv.FormatUint(requestCounter.Add(1), 10)}
+	return handler(context.WithValue(ctx, callKey{}, c), req)
+}
+
+// quiet methods are polled by sidecars; logging them at info would drown
+// the log.
+var quiet = map[string]bool{
+	"Probe": true, "NodeGetCapabilities": true, "GetPluginInfo": true,
+	"GetPluginCapabilities": true, "ControllerGetCapabilities": true,
+}
+
+func loggingInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		level := slog.LevelInfo
+		if quiet[method] {
+			level = slog.LevelDebug
+		}
+		debug := log.Enabled(ctx, slog.LevelDebug)
+		if debug {
+			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
+		}
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		if !log.Enabled(ctx, level) && err == nil {
+			return resp, err
+		}
+		attrs := []slog.Attr{
+			slog.String("method", method),
+			slog.String("request_id", RequestID(ctx)),
+			slog.String("code", status.Code(err).String()),
+			slog.Duration("duration", time.Since(start)),
+		}
+		if c, ok := ctx.Value(callKey{}).(*call); ok {
+			if name := c.connection.Load(); name != nil {
+				attrs = append(attrs, slog.String("connection", *name))
+			}
+		}
+		if err != nil {
+			attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+			if level < slog.LevelWarn && status.Code(err) == codes.Internal {
+				level = slog.LevelError
+			}
+		} else if debug {
+			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: resp}))
+		}
+		log.LogAttrs(ctx, level, "rpc", attrs...)
+		return resp, err
+	}
+}
+
+func recoveryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "request_id", RequestID(ctx),
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				resp, err = nil, status.Errorf(codes.Internal, "internal error in %s (request %s); see the driver log", info.FullMethod, RequestID(ctx))
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

@@ -1,0 +1,68 @@
+package csi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultEndpoint is where the socket lives unless --csi-endpoint says
+// otherwise; its directory should hold nothing else (deployment seed).
+const DefaultEndpoint = "unix:///run/csi/csi.sock"
+
+// Listen opens the CSI endpoint: unix:///path (or unix:/path), or
+// tcp://host:port for tests. For a unix socket the parent directory is
+// created (0750), a stale socket is removed only if nothing answers on it,
+// and the socket is made 0660 so only the owner and its group can call it.
+func Listen(endpoint string) (net.Listener, error) {
+	if rest, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
+		return net.Listen("tcp", rest)
+	}
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		if path, ok = strings.CutPrefix(endpoint, "unix:"); !ok {
+			return nil, fmt.Errorf("--csi-endpoint %q: want unix:///path/to/csi.sock or tcp://host:port", endpoint)
+		}
+	}
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("--csi-endpoint %q: socket path must be absolute", endpoint)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
+	}
+	if err := removeStale(path); err != nil {
+		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
+	}
+	return l, nil
+}
+
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket; refusing to remove it", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%s is in use by another process", path)
+	}
+	return os.Remove(path)
+}

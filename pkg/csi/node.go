@@ -1,0 +1,175 @@
+package csi
+
+import (
+	"context"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+var nodeCapabilities = []csi.NodeServiceCapability_RPC_Type{
+	csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+	csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+// NodeGetCapabilities advertises staging for every connection; for
+// upstreams that do not stage, the proxy emulates it (stage and unstage do
+// nothing, publish goes without a staging path).
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range nodeCapabilities {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
+}
+
+// NodeGetInfo reports the node's topology segments. A node with none fails
+// here, loudly, rather than registering with labels that can never change.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	if err := d.opts.NodeTopologyErr; err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	resp := &csi.NodeGetInfoResponse{NodeId: d.opts.NodeID, MaxVolumesPerNode: d.opts.MaxVolumesPerNode}
+	if len(d.opts.NodeSegments) > 0 {
+		resp.AccessibleTopology = &csi.Topology{Segments: d.opts.NodeSegments}
+	}
+	return resp, nil
+}
+
+// NodeStageVolume forwards to upstreams that stage and succeeds without a
+// call for those that do not.
+func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetStagingTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	if err != nil || !stages {
+		return &csi.NodeStageVolumeResponse{}, err
+	}
+	out := proto.Clone(req).(*csi.NodeStageVolumeRequest)
+	out.VolumeId = id.Handle
+	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+	return forward(ctx, c, c.Node, "NodeStageVolume", out, c.Node.Node.NodeStageVolume)
+}
+
+// NodeUnstageVolume mirrors NodeStageVolume; an ID the proxy never made has
+// nothing staged.
+func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if req.GetStagingTargetPath() == "" && req.GetVolumeId() != "" {
+		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
+	}
+	c, id, ok, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), true)
+	if !ok {
+		return &csi.NodeUnstageVolumeResponse{}, err
+	}
+	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	if err != nil || !stages {
+		return &csi.NodeUnstageVolumeResponse{}, err
+	}
+	out := proto.Clone(req).(*csi.NodeUnstageVolumeRequest)
+	out.VolumeId = id.Handle
+	return forward(ctx, c, c.Node, "NodeUnstageVolume", out, c.Node.Node.NodeUnstageVolume)
+}
+
+// NodePublishVolume forwards; for an upstream that does not stage, the
+// staging path the CO sent is dropped, since nothing was staged there.
+func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	if err != nil {
+		return nil, err
+	}
+	out := proto.Clone(req).(*csi.NodePublishVolumeRequest)
+	out.VolumeId = id.Handle
+	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+	if !stages {
+		out.StagingTargetPath = ""
+	}
+	return forward(ctx, c, c.Node, "NodePublishVolume", out, c.Node.Node.NodePublishVolume)
+}
+
+// NodeUnpublishVolume routes by ID; an ID the proxy never made has nothing
+// published.
+func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if req.GetTargetPath() == "" && req.GetVolumeId() != "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	c, id, ok, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), true)
+	if !ok {
+		return &csi.NodeUnpublishVolumeResponse{}, err
+	}
+	out := proto.Clone(req).(*csi.NodeUnpublishVolumeRequest)
+	out.VolumeId = id.Handle
+	return forward(ctx, c, c.Node, "NodeUnpublishVolume", out, c.Node.Node.NodeUnpublishVolume)
+}
+
+// NodeGetVolumeStats routes by ID.
+func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
+	}
+	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS); err != nil || !ok {
+		if err == nil {
+			err = unsupported(c, "NodeGetVolumeStats")
+		}
+		return nil, err
+	}
+	out := proto.Clone(req).(*csi.NodeGetVolumeStatsRequest)
+	out.VolumeId = id.Handle
+	return forward(ctx, c, c.Node, "NodeGetVolumeStats", out, c.Node.Node.NodeGetVolumeStats)
+}
+
+// NodeExpandVolume routes by ID.
+func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
+	}
+	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME); err != nil || !ok {
+		if err == nil {
+			err = unsupported(c, "NodeExpandVolume")
+		}
+		return nil, err
+	}
+	out := proto.Clone(req).(*csi.NodeExpandVolumeRequest)
+	out.VolumeId = id.Handle
+	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+	return forward(ctx, c, c.Node, "NodeExpandVolume", out, c.Node.Node.NodeExpandVolume)
+}

@@ -1,0 +1,208 @@
+// Package upstream holds the gRPC clients the proxy forwards to: one shared
+// client per external endpoint and one in-process server per built-in
+// local-hostpath base path, each with its discovered capabilities cached.
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
+)
+
+// Pool shares clients between connections: every connection naming the same
+// endpoint (or the same local-hostpath base path) uses one Client, so a
+// thousand connections to one storage system cost one gRPC channel.
+type Pool struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*Client
+	closed  bool
+}
+
+// NewPool returns an empty pool.
+func NewPool(log *slog.Logger) *Pool {
+	return &Pool{log: log, clients: map[string]*Client{}}
+}
+
+// Client is one upstream CSI driver.
+type Client struct {
+	// Target names the upstream in messages: the endpoint, or
+	// "local-hostpath:<base path>" for the built-in driver.
+	Target string
+
+	Identity   csi.IdentityClient
+	Controller csi.ControllerClient
+	Node       csi.NodeClient
+
+	conn   *grpc.ClientConn
+	server *grpc.Server // in-process built-in driver, if any
+	lis    *bufconn.Listener
+
+	mu             sync.Mutex
+	controllerCaps map[csi.ControllerServiceCapability_RPC_Type]bool
+	nodeCaps       map[csi.NodeServiceCapability_RPC_Type]bool
+}
+
+// CSI returns the shared client for an external endpoint (unix:///path or
+// host:port). grpc.NewClient does not dial, so this never blocks.
+func (p *Pool) CSI(endpoint string) (*Client, error) {
+	return p.get("csi:"+endpoint, func() (*Client, error) {
+		conn, err := grpc.NewClient(endpoint,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(p.logCall(endpoint)),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
+		}
+		return newClient(endpoint, conn), nil
+	})
+}
+
+// Local returns the in-process built-in driver for opts.BasePath, serving it
+// over an in-memory listener so the proxy forwards to it exactly as to an
+// external driver. Options other than BasePath must agree between
+// connections sharing a base path; the first one wins.
+func (p *Pool) Local(opts hostpath.Options) (*Client, error) {
+	target := "local-hostpath:" + opts.BasePath
+	return p.get(target+fmt.Sprintf("?stage=%t&publish=%t", opts.Stage, opts.ControllerPublish), func() (*Client, error) {
+		d, err := hostpath.New(opts)
+		if err != nil {
+			return nil, err
+		}
+		lis := bufconn.Listen(1 << 20)
+		srv := grpc.NewServer()
+		d.Register(srv)
+		go func() { _ = srv.Serve(lis) }()
+		conn, err := grpc.NewClient("passthrough:///"+target,
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(p.logCall(target)),
+		)
+		if err != nil {
+			srv.Stop()
+			return nil, err
+		}
+		c := newClient(target, conn)
+		c.server, c.lis = srv, lis
+		return c, nil
+	})
+}
+
+func (p *Pool) get(key string, create func() (*Client, error)) (*Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("upstream pool is shut down")
+	}
+	if c, ok := p.clients[key]; ok {
+		return c, nil
+	}
+	c, err := create()
+	if err != nil {
+		return nil, err
+	}
+	p.clients[key] = c
+	return c, nil
+}
+
+// Len reports how many upstream clients exist.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.clients)
+}
+
+// Close closes every client and stops in-process drivers.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for k, c := range p.clients {
+		_ = c.conn.Close()
+		if c.server != nil {
+			c.server.Stop()
+		}
+		delete(p.clients, k)
+	}
+}
+
+func newClient(target string, conn *grpc.ClientConn) *Client {
+	return &Client{
+		Target:     target,
+		conn:       conn,
+		Identity:   csi.NewIdentityClient(conn),
+		Controller: csi.NewControllerClient(conn),
+		Node:       csi.NewNodeClient(conn),
+	}
+}
+
+// HasController reports whether the upstream advertises a controller
+// capability. The answer is discovered once and cached; a failed discovery
+// is not cached, so a restarted upstream is asked again.
+func (c *Client) HasController(ctx context.Context, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
+	c.mu.Lock()
+	caps := c.controllerCaps
+	c.mu.Unlock()
+	if caps == nil {
+		resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		if err != nil {
+			return false, err
+		}
+		caps = map[csi.ControllerServiceCapability_RPC_Type]bool{}
+		for _, x := range resp.GetCapabilities() {
+			caps[x.GetRpc().GetType()] = true
+		}
+		c.mu.Lock()
+		c.controllerCaps = caps
+		c.mu.Unlock()
+	}
+	return caps[cap], nil
+}
+
+// HasNode is HasController for node capabilities.
+func (c *Client) HasNode(ctx context.Context, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
+	c.mu.Lock()
+	caps := c.nodeCaps
+	c.mu.Unlock()
+	if caps == nil {
+		resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+		if err != nil {
+			return false, err
+		}
+		caps = map[csi.NodeServiceCapability_RPC_Type]bool{}
+		for _, x := range resp.GetCapabilities() {
+			caps[x.GetRpc().GetType()] = true
+		}
+		c.mu.Lock()
+		c.nodeCaps = caps
+		c.mu.Unlock()
+	}
+	return caps[cap], nil
+}
+
+// logCall logs each upstream call at debug level; the message is built only
+// when debug is on, keeping the hot path free of formatting.
+func (p *Pool) logCall(target string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if !p.log.Enabled(ctx, slog.LevelDebug) {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		start := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		p.log.DebugContext(ctx, "upstream call", "upstream", target, "method", method,
+			"code", status.Code(err).String(), "duration", time.Since(start))
+		return err
+	}
+}

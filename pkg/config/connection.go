@@ -55,6 +55,45 @@ type PerDriver struct {
 	// Topology lists where this connection's storage is reachable; empty
 	// means everywhere.
 	Topology []accessible.Entry `yaml:"topology"`
+	// NodeID translates the CO's node id (the node name) into the id this
+	// connection's upstream expects in ControllerPublish/Unpublish.
+	NodeID NodeIDTemplate `yaml:"nodeId"`
+}
+
+// NodeIDTemplate renders an upstream node id.
+type NodeIDTemplate struct {
+	// Template is text with {nodeName} placeholders, e.g.
+	// "iqn.2000-01.com.example:{nodeName}". Empty means "{nodeName}".
+	Template string `yaml:"template"`
+}
+
+// NodeNamePlaceholder is replaced by the node name in NodeIDTemplate.
+const NodeNamePlaceholder = "{nodeName}"
+
+// Render returns the upstream node id for nodeName.
+func (t NodeIDTemplate) Render(nodeName string) string {
+	if t.Template == "" {
+		return nodeName
+	}
+	return strings.ReplaceAll(t.Template, NodeNamePlaceholder, nodeName)
+}
+
+// Parse inverts Render for ids the upstream reports back (ListVolumes'
+// published_node_ids); ok is false when id does not have the template's
+// shape.
+func (t NodeIDTemplate) Parse(id string) (nodeName string, ok bool) {
+	tpl := t.Template
+	if tpl == "" {
+		return id, true
+	}
+	before, after, found := strings.Cut(tpl, NodeNamePlaceholder)
+	if !found || strings.Contains(after, NodeNamePlaceholder) {
+		return "", false
+	}
+	if len(id) < len(before)+len(after) || !strings.HasPrefix(id, before) || !strings.HasSuffix(id, after) {
+		return "", false
+	}
+	return id[len(before) : len(id)-len(after)], true
 }
 
 // NodeSideEndpoint is the endpoint node calls go to.
@@ -119,6 +158,12 @@ func (c *Connection) Validate(topo accessible.Options) error {
 	default:
 		add("driver", "%q is not one of csi, local-hostpath", c.Driver)
 	}
+	if tpl := c.Proxy.PerDriver.NodeID.Template; tpl != "" {
+		rest := strings.ReplaceAll(tpl, NodeNamePlaceholder, "")
+		if i := strings.IndexAny(rest, "{}"); i >= 0 {
+			add("proxy.perDriver.nodeId.template", "%q: only the %s placeholder is supported", tpl, NodeNamePlaceholder)
+		}
+	}
 	if err := accessible.Validate(c.Proxy.PerDriver.Topology, topo); err != nil {
 		errs = append(errs, err)
 	}
@@ -156,7 +201,7 @@ var connectionKeys = map[string][]string{
 	"csi":             {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
 	"local-hostpath":  {"shareBasePath", "stage", "controllerPublish"},
 	"proxy":           {"perDriver"},
-	"proxy.perDriver": {"topology"},
+	"proxy.perDriver": {"topology", "nodeId"},
 }
 
 func unknownConnectionKeys(file string, raw map[string]any) []string {

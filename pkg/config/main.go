@@ -64,6 +64,21 @@ type Proxy struct {
 	NodeTopology nodetopology.Config `koanf:"nodeTopology"`
 	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
 	MaxVolumesPerNode int64 `koanf:"maxVolumesPerNode"`
+	// ControllerPublish advertises PUBLISH_UNPUBLISH_VOLUME and forwards
+	// ControllerPublish/Unpublish. Off by default: most storage behind a
+	// proxy needs no attach step, and the CO then skips VolumeAttachments.
+	ControllerPublish bool `koanf:"controllerPublish"`
+	// Capabilities limits what the proxy advertises; an empty list means
+	// every capability the proxy supports.
+	Capabilities Capabilities `koanf:"capabilities"`
+}
+
+// Capabilities names advertised capabilities, e.g. CREATE_DELETE_SNAPSHOT.
+type Capabilities struct {
+	// Controller lists ControllerServiceCapability RPC types.
+	Controller []string `koanf:"controller"`
+	// Node lists NodeServiceCapability RPC types.
+	Node []string `koanf:"node"`
 }
 
 // LocalHostpath configures the built-in driver, in the main config

@@ -215,8 +215,13 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Folder: cfg.Proxy.ConfigFolder, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
 	})
+	caps, err := pcsi.ResolveCapabilities(cfg.Proxy.Capabilities.Controller, cfg.Proxy.Capabilities.Node, cfg.Proxy.ControllerPublish)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
+	}
 	opts := pcsi.Options{
-		Name: name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
+		Capabilities: caps,
+		Name:         name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
 		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
 	}

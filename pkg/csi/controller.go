@@ -15,20 +15,10 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
-var controllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
-	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
-	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
-	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
-	csi.ControllerServiceCapability_RPC_GET_VOLUME,
-	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-}
-
 // ControllerGetCapabilities advertises what the proxy routes.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, t := range controllerCapabilities {
+	for _, t := range d.caps.Controller {
 		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}

@@ -55,6 +55,9 @@ type Options struct {
 	// RollbackTimeout bounds the clean-up call after a failed create;
 	// 0 means 30s.
 	RollbackTimeout time.Duration
+	// Capabilities are advertised; zero means everything supported
+	// except controller publishing (see ResolveCapabilities).
+	Capabilities Capabilities
 	// Log receives driver messages; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -66,6 +69,7 @@ type Driver struct {
 	csi.UnimplementedNodeServer
 
 	opts  Options
+	caps  Capabilities
 	log   *slog.Logger
 	ready atomic.Bool
 }
@@ -89,7 +93,11 @@ func New(opts Options) (*Driver, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &Driver{opts: opts, log: opts.Log}, nil
+	caps := opts.Capabilities
+	if caps.Controller == nil && caps.Node == nil {
+		caps, _ = ResolveCapabilities(nil, nil, false)
+	}
+	return &Driver{opts: opts, caps: caps, log: opts.Log}, nil
 }
 
 // SetReady makes Probe report ready.

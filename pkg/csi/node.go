@@ -9,19 +9,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-var nodeCapabilities = []csi.NodeServiceCapability_RPC_Type{
-	csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
-	csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
-	csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
-	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-}
-
 // NodeGetCapabilities advertises staging for every connection; for
 // upstreams that do not stage, the proxy emulates it (stage and unstage do
 // nothing, publish goes without a staging path).
 func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, t := range nodeCapabilities {
+	for _, t := range d.caps.Node {
 		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}

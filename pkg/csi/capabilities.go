@@ -1,0 +1,99 @@
+package csi
+
+import (
+	"errors"
+	"fmt"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// supportedController is everything the proxy can route, in the order it is
+// advertised. PUBLISH_UNPUBLISH_VOLUME is added only when controller
+// publishing is enabled.
+var supportedController = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+var supportedNode = []csi.NodeServiceCapability_RPC_Type{
+	csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+	csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+	csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+// Capabilities are what the proxy advertises.
+type Capabilities struct {
+	Controller []csi.ControllerServiceCapability_RPC_Type
+	Node       []csi.NodeServiceCapability_RPC_Type
+}
+
+// ResolveCapabilities turns proxy.capabilities into the advertised sets:
+// empty lists mean everything supported; names must be supported ones.
+// Errors name the key path.
+func ResolveCapabilities(controller, node []string, controllerPublish bool) (Capabilities, error) {
+	ctrl := supportedController
+	if controllerPublish {
+		ctrl = append([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}, ctrl...)
+	}
+	var errs []error
+	out := Capabilities{Controller: ctrl, Node: supportedNode}
+	if len(controller) > 0 {
+		out.Controller = nil
+		for i, name := range controller {
+			v, ok := csi.ControllerServiceCapability_RPC_Type_value[name]
+			t := csi.ControllerServiceCapability_RPC_Type(v)
+			if !ok || !containsType(ctrl, t) {
+				errs = append(errs, fmt.Errorf("proxy.capabilities.controller[%d]: %q is not a controller capability the proxy supports%s", i, name, publishHint(name, controllerPublish)))
+				continue
+			}
+			out.Controller = append(out.Controller, t)
+		}
+	}
+	if len(node) > 0 {
+		out.Node = nil
+		for i, name := range node {
+			v, ok := csi.NodeServiceCapability_RPC_Type_value[name]
+			t := csi.NodeServiceCapability_RPC_Type(v)
+			if !ok || !containsType(supportedNode, t) {
+				errs = append(errs, fmt.Errorf("proxy.capabilities.node[%d]: %q is not a node capability the proxy supports", i, name))
+				continue
+			}
+			out.Node = append(out.Node, t)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func publishHint(name string, enabled bool) string {
+	if name == "PUBLISH_UNPUBLISH_VOLUME" && !enabled {
+		return " (set proxy.controllerPublish: true)"
+	}
+	return ""
+}
+
+func containsType[T comparable](list []T, t T) bool {
+	for _, x := range list {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// advertises reports whether the proxy advertises a controller capability.
+func (d *Driver) advertises(t csi.ControllerServiceCapability_RPC_Type) bool {
+	return containsType(d.caps.Controller, t)
+}

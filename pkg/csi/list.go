@@ -1,0 +1,295 @@
+package csi
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+// A list token says where a listing stopped: which connection, and the
+// upstream's own token inside it. It is opaque to the CO but validated here.
+const tokenVersion = "pt1"
+
+func encodeToken(conn, upstreamToken string) string {
+	enc := base64.RawURLEncoding
+	return tokenVersion + "." + enc.EncodeToString([]byte(conn)) + "." + enc.EncodeToString([]byte(upstreamToken))
+}
+
+func decodeToken(tok string) (conn, upstreamToken string, err error) {
+	if tok == "" {
+		return "", "", nil
+	}
+	parts := strings.Split(tok, ".")
+	bad := func(why string) error {
+		return status.Errorf(codes.Aborted, "starting_token %q is not valid: %s; start the listing again", truncate(tok, 80), why)
+	}
+	if len(parts) != 3 || parts[0] != tokenVersion {
+		return "", "", bad("not made by this driver")
+	}
+	c, err1 := base64.RawURLEncoding.DecodeString(parts[1])
+	u, err2 := base64.RawURLEncoding.DecodeString(parts[2])
+	if err1 != nil || err2 != nil {
+		return "", "", bad("corrupt encoding")
+	}
+	if ids.ValidateConnectionName(string(c)) != nil {
+		return "", "", bad("it names no valid connection")
+	}
+	return string(c), string(u), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// fetchFunc lists one upstream page of one connection.
+type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEntries int32, token string) ([]T, string, error)
+
+// fanOut lists across connections in name order, each upstream's pages in
+// turn, honouring maxEntries across connection boundaries.
+//
+// Connections that share an upstream client (same endpoint or base path)
+// are listed once, under the first such name: listing them all would show
+// every volume several times under different IDs. A connection whose file
+// does not load is logged and skipped; an upstream without the capability
+// is skipped; an upstream that fails fails the call, because a silently
+// shortened list would read as "these volumes are gone".
+func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServiceCapability_RPC_Type,
+	maxEntries int32, token string, fetch fetchFunc[T]) ([]T, string, error) {
+	if maxEntries < 0 {
+		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries %d is negative", maxEntries)
+	}
+	startConn, upstreamToken, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	names, err := d.opts.Store.List()
+	if err != nil {
+		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Store.Folder(), err)
+	}
+	seen := map[*upstream.Client]bool{}
+	var out []T
+	for i, name := range names {
+		c, err := d.opts.Store.Get(name)
+		if err != nil {
+			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
+			continue
+		}
+		if seen[c.Controller] {
+			continue
+		}
+		seen[c.Controller] = true
+		if name < startConn {
+			continue // listed on an earlier page; kept in seen for de-duplication
+		}
+		ok, err := c.Controller.HasController(ctx, capability)
+		if err != nil {
+			return nil, "", upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+		}
+		if !ok {
+			continue
+		}
+		tok := ""
+		if name == startConn {
+			tok = upstreamToken
+		}
+		for {
+			var remaining int32
+			if maxEntries > 0 {
+				remaining = maxEntries - int32(len(out))
+			}
+			items, next, err := fetch(ctx, c, remaining, tok)
+			if err != nil {
+				return nil, "", err
+			}
+			out = append(out, items...)
+			if next == "" {
+				break
+			}
+			tok = next
+			if maxEntries > 0 && int32(len(out)) >= maxEntries {
+				return out, encodeToken(name, next), nil
+			}
+		}
+		if maxEntries > 0 && int32(len(out)) >= maxEntries && i+1 < len(names) {
+			return out, encodeToken(names[i+1], ""), nil
+		}
+	}
+	return out, "", nil
+}
+
+// ListVolumes lists every connection's volumes with proxy IDs and the
+// connection's topology.
+func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUMES, req.GetMaxEntries(), req.GetStartingToken(),
+		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListVolumesResponse_Entry, string, error) {
+			resp, err := forward(ctx, c, c.Controller, "ListVolumes",
+				&csi.ListVolumesRequest{MaxEntries: max, StartingToken: tok}, c.Controller.Controller.ListVolumes)
+			if err != nil {
+				return nil, "", err
+			}
+			topology := accessible.Decorate(c.Config.Proxy.PerDriver.Topology, d.opts.Topology)
+			out := resp.GetEntries()[:0]
+			for _, e := range resp.GetEntries() {
+				vol := e.GetVolume()
+				id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
+				if err != nil {
+					d.log.WarnContext(ctx, "listing: upstream volume cannot get a proxy id; left out", "connection", c.Name, "error", err)
+					continue
+				}
+				vol.VolumeId = id
+				vol.AccessibleTopology = topology
+				if src := vol.GetContentSource(); src != nil {
+					vol.ContentSource = wrapSource(c, src)
+				}
+				if st := e.GetStatus(); st != nil {
+					st.PublishedNodeIds = nodeNames(c, st.GetPublishedNodeIds())
+				}
+				out = append(out, e)
+			}
+			return out, resp.GetNextToken(), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+// ListSnapshots lists every connection's snapshots, or, with a snapshot_id
+// or source_volume_id filter, asks only the connection that ID names.
+func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+		out := proto.Clone(req).(*csi.ListSnapshotsRequest)
+		out.MaxEntries, out.StartingToken = max, tok
+		out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+		if req.GetSnapshotId() != "" {
+			out.SnapshotId = mustParse(ids.Snapshot, req.GetSnapshotId()).Handle
+		}
+		if req.GetSourceVolumeId() != "" {
+			out.SourceVolumeId = mustParse(ids.Volume, req.GetSourceVolumeId()).Handle
+		}
+		resp, err := forward(ctx, c, c.Controller, "ListSnapshots", out, c.Controller.Controller.ListSnapshots)
+		if err != nil {
+			return nil, "", err
+		}
+		entries := resp.GetEntries()[:0]
+		for _, e := range resp.GetEntries() {
+			if wrapSnapshot(ctx, d, c, e.GetSnapshot()) {
+				entries = append(entries, e)
+			}
+		}
+		return entries, resp.GetNextToken(), nil
+	}
+
+	// A filter names one connection: route there directly. An ID the proxy
+	// never made matches nothing (CSI: an empty list, not an error).
+	var filter *ids.ID
+	for _, f := range []struct {
+		kind  ids.Kind
+		value string
+	}{{ids.Snapshot, req.GetSnapshotId()}, {ids.Volume, req.GetSourceVolumeId()}} {
+		if f.value == "" {
+			continue
+		}
+		id, err := ids.Parse(f.kind, f.value)
+		if err != nil || filter != nil && filter.Connection != id.Connection {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		filter = &id
+	}
+	if filter == nil {
+		entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, req.GetMaxEntries(), req.GetStartingToken(), fetch)
+		if err != nil {
+			return nil, err
+		}
+		return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
+	}
+	c, err := d.connection(ctx, filter.Connection)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, "ListSnapshots"); err != nil {
+		return nil, err
+	}
+	// The upstream's token is passed through as is: with a filter the
+	// listing never leaves this connection.
+	entries, next, err := fetch(ctx, c, req.GetMaxEntries(), req.GetStartingToken())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
+}
+
+// ControllerListVolumeHealth lists volume health across connections.
+func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, req.GetMaxEntries(), req.GetStartingToken(),
+		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.VolumeHealth, string, error) {
+			resp, err := forward(ctx, c, c.Controller, "ControllerListVolumeHealth", &csi.ControllerListVolumeHealthRequest{
+				MaxEntries: max, StartingToken: tok, Secrets: merge(c.Config.CSI.Secrets, req.GetSecrets()),
+			}, c.Controller.Controller.ControllerListVolumeHealth)
+			if err != nil {
+				return nil, "", err
+			}
+			out := resp.GetEntries()[:0]
+			for _, h := range resp.GetEntries() {
+				id, err := ids.Encode(ids.Volume, c.Name, h.GetVolumeId())
+				if err != nil {
+					continue
+				}
+				h.VolumeId = id
+				out = append(out, h)
+			}
+			return out, resp.GetNextToken(), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
+}
+
+// wrapSnapshot rewrites a snapshot's IDs to proxy IDs; false means the
+// snapshot cannot be represented and is left out (logged).
+func wrapSnapshot(ctx context.Context, d *Driver, c *connection.Connection, s *csi.Snapshot) bool {
+	if s == nil {
+		return false
+	}
+	id, err := ids.Encode(ids.Snapshot, c.Name, s.GetSnapshotId())
+	if err != nil {
+		d.log.WarnContext(ctx, "upstream snapshot cannot get a proxy id; left out", "connection", c.Name, "error", err)
+		return false
+	}
+	s.SnapshotId = id
+	if s.GetSourceVolumeId() != "" {
+		s.SourceVolumeId = ids.ID{Kind: ids.Volume, Connection: c.Name, Handle: s.GetSourceVolumeId()}.String()
+	}
+	return true
+}
+
+// mustParse is for IDs already validated by the caller.
+func mustParse(kind ids.Kind, s string) ids.ID {
+	id, _ := ids.Parse(kind, s)
+	return id
+}
+
+// nodeNames maps upstream node ids back to node names with the
+// connection's node id template; ids of another shape are kept as they are.
+func nodeNames(c *connection.Connection, upstreamIDs []string) []string {
+	for i, id := range upstreamIDs {
+		if name, ok := c.Config.Proxy.PerDriver.NodeID.Parse(id); ok {
+			upstreamIDs[i] = name
+		}
+	}
+	return upstreamIDs
+}

@@ -1,0 +1,237 @@
+package csi_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testPrefix is the node topology prefix every test proxy uses.
+const testPrefix = "topo.example.com"
+
+var testTopology = accessible.Options{Prefix: testPrefix, Type: "zone"}
+
+// secretMarker is part of every secret value a test sends or configures;
+// no log line may ever contain it.
+const secretMarker = "s3cr3t"
+
+// lockedBuffer is a bytes.Buffer safe for the concurrent writes of a
+// logger shared by handlers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testProxy is the proxy driver served on a real unix socket, with a
+// client for each service and its log captured as JSON at debug level.
+type testProxy struct {
+	// Driver is the served driver, for calls that must see the server-side
+	// request object (the gRPC client never shares it).
+	Driver     *pcsi.Driver
+	Folder     string
+	Endpoint   string
+	Identity   csi.IdentityClient
+	Controller csi.ControllerClient
+	Node       csi.NodeClient
+	Logs       *lockedBuffer
+}
+
+// startProxy serves a proxy whose connection folder is empty; options edit
+// the driver options before New. Every server and client it starts is
+// stopped when the test ends, and the log is checked for secrets then.
+func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
+	t.Helper()
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	folder := t.TempDir()
+
+	pool := upstream.NewPool(log)
+	t.Cleanup(pool.Close)
+	store := connection.NewStore(connection.Options{
+		// Re-read on every call so a test can add or remove files.
+		Folder: folder, CacheTimeout: 0, Topology: testTopology, Pool: pool, Log: log,
+	})
+	o := pcsi.Options{
+		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
+		Topology: testTopology, Log: log, RollbackTimeout: 5 * time.Second,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	d, err := pcsi.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetReady(true)
+
+	path := filepath.Join(shortTempDir(t), "proxy.sock")
+	lis, err := pcsi.Listen("unix://" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(pcsi.Interceptors(log))
+	d.Register(srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() {
+		if s := logs.String(); strings.Contains(s, secretMarker) {
+			t.Errorf("log contains a secret value:\n%s", s)
+		}
+	})
+	return &testProxy{
+		Driver: d, Folder: folder, Endpoint: "unix://" + path, Logs: logs,
+		Identity: csi.NewIdentityClient(conn), Controller: csi.NewControllerClient(conn), Node: csi.NewNodeClient(conn),
+	}
+}
+
+// conn describes a driver: csi connection file.
+type conn struct {
+	Endpoint     string
+	NodeEndpoint string
+	Timeout      string
+	Parameters   map[string]string
+	Secrets      map[string]string
+	Topology     []accessible.Entry
+}
+
+// add writes <name>.yaml into the proxy's connection folder.
+func (p *testProxy) add(t *testing.T, name string, c conn) {
+	t.Helper()
+	up := map[string]any{"endpoint": c.Endpoint}
+	if c.NodeEndpoint != "" {
+		up["nodeEndpoint"] = c.NodeEndpoint
+	}
+	if c.Timeout != "" {
+		up["timeout"] = c.Timeout
+	}
+	if c.Parameters != nil {
+		up["parameters"] = c.Parameters
+	}
+	if c.Secrets != nil {
+		up["secrets"] = c.Secrets
+	}
+	doc := map[string]any{"driver": "csi", "csi": up}
+	if c.Topology != nil {
+		doc["proxy"] = map[string]any{"perDriver": map[string]any{"topology": c.Topology}}
+	}
+	data, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.write(t, name, string(data))
+}
+
+// write puts raw content into <name>.yaml.
+func (p *testProxy) write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(p.Folder, name+".yaml"), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// remove deletes <name>.yaml.
+func (p *testProxy) remove(t *testing.T, name string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(p.Folder, name+".yaml")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withDefault sets proxy.defaultConnection.
+func withDefault(name string) func(*pcsi.Options) {
+	return func(o *pcsi.Options) { o.DefaultConnection = name }
+}
+
+// callCtx bounds a test's calls so a regression hangs for seconds, not
+// until the test binary's timeout.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// wantCode fails unless err has code and its message contains every
+// substring.
+func wantCode(t *testing.T, err error, code codes.Code, substrings ...string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Fatalf("got %v %q, want %v", st.Code(), st.Message(), code)
+	}
+	for _, s := range substrings {
+		if !strings.Contains(st.Message(), s) {
+			t.Errorf("message %q does not contain %q", st.Message(), s)
+		}
+	}
+}
+
+// diff compares protos (or anything containing them).
+func diff(want, got any) string {
+	return cmp.Diff(want, got, protocmp.Transform())
+}
+
+// mountCap is a volume capability for a mounted, single-writer volume.
+func mountCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+// topo builds a topology term.
+func topo(kv ...string) *csi.Topology {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return &csi.Topology{Segments: m}
+}

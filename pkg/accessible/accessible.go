@@ -2,8 +2,10 @@ package accessible
 
 import (
 	"cmp"
+	"hash/maphash"
+	"maps"
+	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -65,37 +67,30 @@ func Decide(connection string, req *csi.TopologyRequirement, entries []Entry, op
 	norm := normalize(entries, opts)
 	type pick struct{ entry, rank int }
 	picks := make([]pick, 0, len(norm))
-	for i := range norm {
-		reqs := norm[i]
-		// rank = index of the first preferred term the entry matches;
-		// len(preferred) sorts entries matching none after the others.
-		rank := len(preferred)
-		for j, p := range preferred {
-			if matches(p.GetSegments(), reqs) {
-				rank = j
-				break
-			}
-		}
+	for i, reqs := range norm {
 		// At least one term must match, not every term: the CSI spec asks
 		// that the volume be accessible from at least one requisite
 		// topology. The seed demanded every term, which failed for
 		// Immediate classes under the external-provisioner's default
 		// --immediate-topology=true (one requisite term per node).
-		matched := rank < len(preferred) && kind == "preferred"
-		if !matched {
-			matched = anyMatch(terms, reqs)
+		if kind == "requisite" && !anyMatch(terms, reqs) {
+			continue
 		}
-		if matched {
-			picks = append(picks, pick{entry: i, rank: rank})
+		// rank = index of the first preferred term the entry matches;
+		// len(preferred) sorts entries matching none after the others.
+		rank := firstMatch(preferred, reqs)
+		if kind == "preferred" && rank == len(preferred) {
+			continue
 		}
+		picks = append(picks, pick{entry: i, rank: rank})
 	}
 	if len(picks) == 0 {
 		// RESOURCE_EXHAUSTED is the CSI spec's code for "unable to
 		// provision in accessible topology", and on a WaitForFirstConsumer
 		// claim the external-provisioner reacts to it by dropping the
 		// selected node so the scheduler picks again. INVALID_ARGUMENT (the
-		// seed's choice) is final for the provisioner and would retry the
-		// same node forever.
+		// seed's choice) is a final error there: the selected node stays and
+		// the same node is retried forever.
 		return nil, status.Error(codes.ResourceExhausted, notAccessibleMessage(connection, kind, terms, norm))
 	}
 	// Stable, so entries with the same rank keep their order in T.
@@ -169,33 +164,70 @@ type segment struct{ key, value string }
 // fullKey turns a requirement key into the label key the CO sees: short keys
 // get the prefix, keys containing '/' are already full.
 func fullKey(prefix, key string) string {
-	if prefix == "" || strings.Contains(key, "/") {
+	if !needsPrefix(prefix, key) {
 		return key
 	}
 	return prefix + "/" + key
 }
 
+// needsPrefix reports whether fullKey would change key, without building
+// the full key.
+func needsPrefix(prefix, key string) bool {
+	return prefix != "" && !strings.Contains(key, "/")
+}
+
 // normalize returns each entry's requirements with full keys, sorted by key,
 // one value per key. Computing full keys once per call keeps string
-// building out of the terms × entries loop. All segments share one backing
-// array to keep allocations per call independent of the number of entries.
+// building out of the terms × entries loop; all prefixed keys are cut from
+// one string and all segments share one backing array, so the allocations
+// per call do not grow with the number of entries.
 //
 // Validate rejects a short and a verbatim key that collide with different
 // values; for entries that skipped it, the verbatim key wins, so the result
 // does not depend on map iteration order.
 func normalize(entries []Entry, opts Options) [][]segment {
-	total := 0
+	total, keyBytes := 0, 0
 	for i := range entries {
 		total += len(entries[i].Requirements)
+		for k := range entries[i].Requirements {
+			if needsPrefix(opts.Prefix, k) {
+				keyBytes += len(opts.Prefix) + 1 + len(k)
+			}
+		}
 	}
 	backing := make([]segment, 0, total)
-	out := make([][]segment, len(entries))
+	// ends[i] is where backing[i]'s prefixed key ends in keys, or -1 when
+	// its key is already full.
+	ends := make([]int, 0, total)
+	var keys strings.Builder
+	keys.Grow(keyBytes)
 	for i := range entries {
-		start := len(backing)
 		for k, v := range entries[i].Requirements {
-			backing = append(backing, segment{fullKey(opts.Prefix, k), v})
+			end := -1
+			if needsPrefix(opts.Prefix, k) {
+				keys.WriteString(opts.Prefix)
+				keys.WriteByte('/')
+				keys.WriteString(k)
+				end = keys.Len()
+			}
+			backing = append(backing, segment{k, v})
+			ends = append(ends, end)
 		}
-		reqs := backing[start:len(backing):len(backing)]
+	}
+	all, start := keys.String(), 0
+	for i, end := range ends {
+		if end >= 0 {
+			backing[i].key = all[start:end]
+			start = end
+		}
+	}
+
+	out := make([][]segment, len(entries))
+	next := 0
+	for i := range entries {
+		n := len(entries[i].Requirements)
+		reqs := backing[next : next+n : next+n]
+		next += n
 		if len(reqs) > 1 {
 			slices.SortFunc(reqs, func(a, b segment) int { return strings.Compare(a.key, b.key) })
 			reqs = dedupeKeys(reqs, entries[i].Requirements)
@@ -236,12 +268,18 @@ func matches(term map[string]string, reqs []segment) bool {
 }
 
 func anyMatch(terms []*csi.Topology, reqs []segment) bool {
-	for _, t := range terms {
+	return firstMatch(terms, reqs) < len(terms)
+}
+
+// firstMatch returns the index of the first term matching reqs, or
+// len(terms) if none does.
+func firstMatch(terms []*csi.Topology, reqs []segment) int {
+	for i, t := range terms {
 		if matches(t.GetSegments(), reqs) {
-			return true
+			return i
 		}
 	}
-	return false
+	return len(terms)
 }
 
 // servesEntry is matches for a raw entry, iterating the term's keys and
@@ -293,11 +331,17 @@ func shortKey(full, prefix string) (string, bool) {
 // dropped.
 func decorate(entries []Entry, norm [][]segment, order []int) []*csi.Topology {
 	out := make([]*csi.Topology, 0, len(order))
-	var seen map[string]struct{}
+	// One array for all results; callers only ever see pointers.
+	backing := make([]csi.Topology, len(order))
+	// seen maps a hash of each kept topology to its index in out. The hash
+	// only narrows the search; maps.Equal decides, so a collision costs
+	// time, never a wrongly dropped topology.
+	var seen map[uint64]int
+	var seed maphash.Seed
 	if len(order) > 1 {
-		seen = make(map[string]struct{}, len(order))
+		seen = make(map[uint64]int, len(order))
+		seed = maphash.MakeSeed()
 	}
-	var sb strings.Builder
 	for _, i := range order {
 		segments := make(map[string]string, len(norm[i])+len(entries[i].Extra))
 		for k, v := range entries[i].Extra {
@@ -316,35 +360,36 @@ func decorate(entries []Entry, norm [][]segment, order []int) []*csi.Topology {
 			return nil
 		}
 		if seen != nil {
-			key := canonical(&sb, segments)
-			if _, dup := seen[key]; dup {
+			h := segmentsHash(seed, segments)
+			if j, ok := seen[h]; ok && (maps.Equal(out[j].Segments, segments) || containsSegments(out, segments)) {
 				continue
 			}
-			seen[key] = struct{}{}
+			seen[h] = len(out)
 		}
-		out = append(out, &csi.Topology{Segments: segments})
+		t := &backing[len(out)]
+		t.Segments = segments
+		out = append(out, t)
 	}
 	return out
 }
 
-// canonical encodes segments so that two maps get the same string exactly
-// when they are equal: sorted keys, every string length-prefixed so no
-// choice of separator can make two different maps collide.
-func canonical(sb *strings.Builder, segments map[string]string) string {
-	keys := make([]string, 0, len(segments))
-	for k := range segments {
-		keys = append(keys, k)
+// segmentsHash is an order-independent hash of segments: a sum over pairs,
+// each pair hashed so that swapping key and value changes it.
+func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
+	var sum uint64
+	for k, v := range segments {
+		sum += bits.RotateLeft64(maphash.String(seed, k), 17)*0x9e3779b97f4a7c15 ^ maphash.String(seed, v)
 	}
-	slices.Sort(keys)
-	sb.Reset()
-	for _, k := range keys {
-		v := segments[k]
-		sb.WriteString(strconv.Itoa(len(k)))
-		sb.WriteByte(':')
-		sb.WriteString(k)
-		sb.WriteString(strconv.Itoa(len(v)))
-		sb.WriteByte(':')
-		sb.WriteString(v)
+	return sum
+}
+
+// containsSegments is the slow path after a hash collision between
+// different topologies, which is rare enough for a linear scan.
+func containsSegments(list []*csi.Topology, segments map[string]string) bool {
+	for _, t := range list {
+		if maps.Equal(t.Segments, segments) {
+			return true
+		}
 	}
-	return sb.String()
+	return false
 }

@@ -1,0 +1,62 @@
+package accessible
+
+import (
+	"fmt"
+	"testing"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// benchRequest is an Immediate claim under --immediate-topology=true in a
+// 100-node cluster over 20 zones: one requisite term per node, preferred
+// rotated, as the external-provisioner sends it.
+func benchRequest() *csi.TopologyRequirement {
+	terms := make([]*csi.Topology, 100)
+	for i := range terms {
+		terms[i] = topo(pk("zone"), fmt.Sprintf("z%02d", i%20), pk("node"), fmt.Sprintf("n%03d", i))
+	}
+	return &csi.TopologyRequirement{Requisite: terms, Preferred: rotate(terms, 37)}
+}
+
+// benchEntries offers 20 zones in 3 regions, each with an extra label.
+func benchEntries(zonePrefix string) []Entry {
+	entries := make([]Entry, 20)
+	for i := range entries {
+		entries[i] = Entry{
+			Requirements: kvs("zone", fmt.Sprintf("%s%02d", zonePrefix, i), "region", fmt.Sprintf("r%d", i%3)),
+			Extra:        kvs("custom.io/storage", "fast"),
+		}
+	}
+	return entries
+}
+
+func BenchmarkDecide(b *testing.B) {
+	req, entries := benchRequest(), benchEntries("z")
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, err := Decide("c1", req, entries, zoneOpts); err != nil || len(got) != 20 {
+			b.Fatalf("Decide = %d topologies, %v", len(got), err)
+		}
+	}
+}
+
+// The refusal scans every term for every entry and builds the message.
+func BenchmarkDecideNoMatch(b *testing.B) {
+	req, entries := benchRequest(), benchEntries("other")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decide("c1", req, entries, zoneOpts); err == nil {
+			b.Fatal("Decide succeeded")
+		}
+	}
+}
+
+func BenchmarkServes(b *testing.B) {
+	term, entries := topo(pk("zone"), "z19", pk("node"), "n019"), benchEntries("z")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !Serves(term, entries, zoneOpts) {
+			b.Fatal("not served")
+		}
+	}
+}

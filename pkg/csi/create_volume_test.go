@@ -196,8 +196,8 @@ func TestCreateVolumeAccessibleTopology(t *testing.T) {
 			Preferred: []*csi.Topology{topo(zone, "z2"), topo(zone, "z1")}}, want: []*csi.Topology{z2, z1}},
 		{name: "verbatim keys stay verbatim",
 			entries: []accessible.Entry{{Requirements: map[string]string{"topology.kubernetes.io/zone": "eu-1a"}}},
-			req: &csi.TopologyRequirement{Requisite: []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
-			want: []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
+			req:     &csi.TopologyRequirement{Requisite: []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
+			want:    []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
 		{name: "no topology list: reachable everywhere", req: &csi.TopologyRequirement{
 			Requisite: []*csi.Topology{topo(zone, "z1")}}},
 		{name: "mismatch", entries: twoZones, req: &csi.TopologyRequirement{

@@ -258,6 +258,12 @@ func dedupeKeys(reqs []segment, raw map[string]string) []segment {
 // every key both mention has the same value. Keys only the term mentions do
 // not restrict the entry, and keys only the entry mentions are not asked
 // about.
+//
+// Keys are compared in full: entry keys are made full by normalize, and
+// request keys are taken as sent, never stripped of a prefix. Comparing by
+// short key (as SPEC §8's wording suggests) would let a foreign "b/zone"
+// collide with our "a/zone". Extra labels are not requirements and take no
+// part.
 func matches(term map[string]string, reqs []segment) bool {
 	for _, s := range reqs {
 		if v, ok := term[s.key]; ok && v != s.value {

@@ -1,0 +1,611 @@
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+)
+
+// defaultCapacity is granted when the CO gives no capacity_range.
+const defaultCapacity int64 = 1 << 30
+
+// volumeDataPerm is the mode of a new, empty volume's root. World-writable
+// because Kubernetes does not apply fsGroup to CSI volumes without an
+// fsType, so a pod running as any non-root user must be able to write; the
+// host side stays closed because BasePath itself is 0750.
+const volumeDataPerm = 0o777
+
+func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	types := []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		// CSI 1.13 replaced the VOLUME_CONDITION capability with these.
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	}
+	if d.opts.ControllerPublish {
+		types = append(types,
+			csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+			csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
+		)
+	}
+	caps := make([]*csi.ControllerServiceCapability, len(types))
+	for i, t := range types {
+		caps[i] = &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},
+		}}
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// contentSource is a validated CreateVolume volume_content_source. The IDs
+// are as the CO sent them; they are checked against the ID patterns before
+// any path is built from them.
+type contentSource struct {
+	snapshotID string
+	volumeID   string
+}
+
+func (s contentSource) empty() bool { return s.snapshotID == "" && s.volumeID == "" }
+
+func (s contentSource) String() string {
+	switch {
+	case s.snapshotID != "":
+		return "snapshot " + s.snapshotID
+	case s.volumeID != "":
+		return "volume " + s.volumeID
+	}
+	return "no content source"
+}
+
+// lockKeys returns the source's ID when it can be one of ours, so that the
+// source cannot be deleted while it is being copied.
+func (s contentSource) lockKeys() []string {
+	switch {
+	case validSnapshotID(s.snapshotID):
+		return []string{s.snapshotID}
+	case validVolumeID(s.volumeID):
+		return []string{s.volumeID}
+	}
+	return nil
+}
+
+func (s contentSource) proto() *csi.VolumeContentSource {
+	switch {
+	case s.snapshotID != "":
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: s.snapshotID},
+		}}
+	case s.volumeID != "":
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: s.volumeID},
+		}}
+	}
+	return nil
+}
+
+func validateCreateVolumeRequest(req *csi.CreateVolumeRequest) (contentSource, error) {
+	var src contentSource
+	if req.GetName() == "" {
+		return src, invalidArgument("name is required")
+	}
+	if err := checkCapabilities("volume_capabilities", req.GetVolumeCapabilities()); err != nil {
+		return src, invalidArgument("%s", err)
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return src, invalidArgument("mutable_parameters are not supported: local-hostpath does not implement ControllerModifyVolume")
+	}
+	if cs := req.GetVolumeContentSource(); cs != nil {
+		switch t := cs.GetType().(type) {
+		case *csi.VolumeContentSource_Snapshot:
+			if src.snapshotID = t.Snapshot.GetSnapshotId(); src.snapshotID == "" {
+				return src, invalidArgument("volume_content_source.snapshot.snapshot_id is required")
+			}
+		case *csi.VolumeContentSource_Volume:
+			if src.volumeID = t.Volume.GetVolumeId(); src.volumeID == "" {
+				return src, invalidArgument("volume_content_source.volume.volume_id is required")
+			}
+		default:
+			return src, invalidArgument("volume_content_source must be a snapshot or a volume")
+		}
+	}
+	return src, nil
+}
+
+// requestedCapacity applies capacity_range to a new volume. explicit says
+// whether the CO asked for a size (required_bytes) rather than getting the
+// default.
+func requestedCapacity(cr *csi.CapacityRange) (capacity int64, explicit bool, err error) {
+	if err := checkCapacityRange(cr); err != nil {
+		return 0, false, err
+	}
+	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	switch {
+	case req > 0:
+		return req, true, nil
+	case lim > 0 && lim < defaultCapacity:
+		return lim, false, nil
+	}
+	return defaultCapacity, false, nil
+}
+
+func checkCapacityRange(cr *csi.CapacityRange) error {
+	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	switch {
+	case req < 0:
+		return invalidArgument("capacity_range.required_bytes %d must not be negative", req)
+	case lim < 0:
+		return invalidArgument("capacity_range.limit_bytes %d must not be negative", lim)
+	case lim > 0 && lim < req:
+		return invalidArgument("capacity_range.limit_bytes %d is smaller than required_bytes %d", lim, req)
+	}
+	return nil
+}
+
+// capacityFits reports whether an existing volume of size satisfies cr.
+func capacityFits(size int64, cr *csi.CapacityRange) bool {
+	return size >= cr.GetRequiredBytes() && (cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes())
+}
+
+// CreateVolume makes BasePath/volumes/<id>, empty or as a copy of a snapshot
+// or volume. Parameters are accepted and ignored (the driver has none, and
+// the external-provisioner may add its own metadata keys), so they do not
+// take part in the idempotency check either.
+func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	src, err := validateCreateVolumeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	capacity, explicit, err := requestedCapacity(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	id := volumeIDFor(req.GetName())
+	unlock, err := d.locks.lock(ctx, append([]string{id}, src.lockKeys()...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	existing, err := d.store.readVolume(id)
+	switch {
+	case err == nil:
+		if err := existingVolumeMatches(existing, req, src); err != nil {
+			return nil, err
+		}
+		return &csi.CreateVolumeResponse{Volume: csiVolume(existing)}, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, internalError(err, "read record of volume %s", id)
+	}
+
+	srcDir, srcSize, err := d.resolveSource(src, "")
+	if err != nil {
+		return nil, err
+	}
+	if srcSize > capacity {
+		// CSI: a volume made from a source must hold all of it.
+		lim := req.GetCapacityRange().GetLimitBytes()
+		switch {
+		case explicit:
+			return nil, outOfRange("capacity_range.required_bytes %d is smaller than the %d bytes of source %s", capacity, srcSize, src)
+		case lim > 0 && srcSize > lim:
+			return nil, outOfRange("capacity_range.limit_bytes %d is smaller than the %d bytes of source %s", lim, srcSize, src)
+		}
+		capacity = srcSize
+	}
+
+	rec := &volumeRecord{
+		ID:               id,
+		Name:             req.GetName(),
+		CapacityBytes:    capacity,
+		SourceSnapshotID: src.snapshotID,
+		SourceVolumeID:   src.volumeID,
+		CreatedAt:        time.Now().UTC(),
+	}
+	commit := func() error { return d.store.writeVolume(rec) }
+	if err := d.materialize(ctx, "volume", id, srcDir, d.store.volumePath(id), commit); err != nil {
+		return nil, err
+	}
+	d.log.Info("created volume", "volume", id, "name", rec.Name, "capacityBytes", capacity, "source", src.String())
+	return &csi.CreateVolumeResponse{Volume: csiVolume(rec)}, nil
+}
+
+// existingVolumeMatches implements CreateVolume idempotency: the same name
+// with a compatible request returns the existing volume, anything else is
+// ALREADY_EXISTS with the difference spelled out.
+func existingVolumeMatches(existing *volumeRecord, req *csi.CreateVolumeRequest, src contentSource) error {
+	if existing.Name != req.GetName() {
+		// 128-bit hash collision; never expected, but never return
+		// another name's volume.
+		return alreadyExists("volume id %s of name %q is taken by name %q", existing.ID, req.GetName(), existing.Name)
+	}
+	if !capacityFits(existing.CapacityBytes, req.GetCapacityRange()) {
+		return alreadyExists("volume %q already exists (%s) with %d bytes, which does not fit capacity_range required_bytes=%d limit_bytes=%d",
+			req.GetName(), existing.ID, existing.CapacityBytes, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes())
+	}
+	have := contentSource{snapshotID: existing.SourceSnapshotID, volumeID: existing.SourceVolumeID}
+	if have != src {
+		return alreadyExists("volume %q already exists (%s) from %s, not from %s", req.GetName(), existing.ID, have, src)
+	}
+	return nil
+}
+
+// resolveSource finds the directory and size of a content source. field
+// names the request field in messages; empty means volume_content_source.
+func (d *Driver) resolveSource(src contentSource, field string) (dir string, size int64, err error) {
+	switch {
+	case src.snapshotID != "":
+		if field == "" {
+			field = "volume_content_source.snapshot.snapshot_id"
+		}
+		snap, err := d.lookupSnapshot(src.snapshotID, field)
+		if err != nil {
+			return "", 0, err
+		}
+		dir = d.store.snapshotPath(snap.ID)
+		size = snap.SizeBytes
+	case src.volumeID != "":
+		if field == "" {
+			field = "volume_content_source.volume.volume_id"
+		}
+		vol, err := d.lookupVolume(src.volumeID, field)
+		if err != nil {
+			return "", 0, err
+		}
+		dir = d.store.volumePath(vol.ID)
+		size = vol.CapacityBytes
+	default:
+		return "", 0, nil
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", 0, failedPrecondition("%s has a record but its data directory %s is missing or unreadable", src, dir)
+	}
+	return dir, size, nil
+}
+
+// materialize builds a volume or snapshot in the work area (empty, or a
+// copy of srcDir), renames it to dest and then runs commit, which writes the
+// record. Anything that fails is undone, so a failed create leaves nothing
+// behind and a retry starts clean.
+func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, commit func() error) error {
+	work, err := d.store.newWorkDir(kind + "-" + id)
+	if err != nil {
+		return internalError(err, "create work directory for %s %s", kind, id)
+	}
+	defer d.removeWork(work)
+	data := filepath.Join(work, "data")
+	if srcDir != "" {
+		if err := copyTree(ctx, srcDir, data); err != nil {
+			return internalError(err, "copy content of %s %s", kind, id)
+		}
+	} else {
+		if err := os.Mkdir(data, volumeDataPerm); err != nil {
+			return internalError(err, "create %s %s", kind, id)
+		}
+		if err := os.Chmod(data, volumeDataPerm); err != nil { // the umask applied to Mkdir
+			return internalError(err, "create %s %s", kind, id)
+		}
+	}
+	// Data without a record is what a crash between rename and commit
+	// leaves; no one can be using it, because every RPC needs the record.
+	if _, err := os.Lstat(dest); err == nil {
+		d.log.Warn("replacing data left without a record by an earlier failure", "kind", kind, "id", id)
+		if err := os.Rename(dest, filepath.Join(work, "stale")); err != nil {
+			return internalError(err, "move aside stale data of %s %s", kind, id)
+		}
+	}
+	if err := os.Rename(data, dest); err != nil {
+		return internalError(err, "move new %s %s into place", kind, id)
+	}
+	if err := commit(); err != nil {
+		if rerr := os.Rename(dest, data); rerr != nil {
+			d.log.Error("cannot undo failed create; data stays without a record", "kind", kind, "id", id, "error", rerr)
+		}
+		return internalError(err, "write record of %s %s", kind, id)
+	}
+	return nil
+}
+
+// dispose removes a volume's or snapshot's data and then its record. The
+// data is first renamed into the work area so that the record never points
+// at half-deleted data; if removal then fails, the next Driver to start
+// purges it.
+func (d *Driver) dispose(kind, id, dataPath string, removeRecord func() error) error {
+	work, err := d.store.newWorkDir("delete-" + id)
+	if err != nil {
+		return internalError(err, "create work directory to delete %s %s", kind, id)
+	}
+	defer d.removeWork(work)
+	if _, err := os.Lstat(dataPath); err == nil {
+		if err := os.Rename(dataPath, filepath.Join(work, "data")); err != nil {
+			return internalError(err, "move data of %s %s aside", kind, id)
+		}
+	}
+	if err := removeRecord(); err != nil {
+		return internalError(err, "remove record of %s %s", kind, id)
+	}
+	return nil
+}
+
+func (d *Driver) removeWork(work string) {
+	if err := os.RemoveAll(work); err != nil {
+		d.log.Warn("cannot remove work directory; the next start will retry", "path", work, "error", err)
+	}
+}
+
+func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if !validVolumeID(id) {
+		// Not ours, so it cannot exist: deleting is a no-op (CSI: MUST
+		// reply OK for a volume that does not exist).
+		d.log.Debug("DeleteVolume of an id that is not a local-hostpath volume id", "volume", id)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	unlock, err := d.locks.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	att, err := d.store.readAttachments(id)
+	if err != nil {
+		return nil, internalError(err, "read attachments of volume %s", id)
+	}
+	if len(att.Nodes) > 0 {
+		return nil, failedPrecondition("volume %s is still published to node(s) %s; call ControllerUnpublishVolume first", id, strings.Join(att.nodeIDs(), ", "))
+	}
+	// Removing the directory under a live bind mount would wipe a running
+	// pod's data, and a mount below it would let RemoveAll cross into
+	// another file system.
+	path := d.store.volumePath(id)
+	mounts, err := readMountInfo()
+	if err != nil {
+		return nil, internalError(err, "read mount table")
+	}
+	if in := append(mountsOf(mounts, path), mountsBelow(mounts, path)...); len(in) > 0 {
+		return nil, failedPrecondition("volume %s is still mounted at %s", id, strings.Join(in, ", "))
+	}
+	_, recErr := d.store.readVolume(id)
+	if err := d.dispose("volume", id, path, func() error { return d.store.removeVolumeRecord(id) }); err != nil {
+		return nil, err
+	}
+	if recErr == nil {
+		d.log.Info("deleted volume", "volume", id)
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// mountsBelow lists mount points strictly inside dir.
+func mountsBelow(mounts []mountInfo, dir string) []string {
+	prefix := resolvePath(dir) + "/"
+	var out []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, prefix) {
+			out = append(out, m.MountPoint)
+		}
+	}
+	return out
+}
+
+// lookupVolume returns the record of a volume ID from a request. IDs that
+// do not match the pattern are NOT_FOUND without touching the disk.
+func (d *Driver) lookupVolume(id, field string) (*volumeRecord, error) {
+	if id == "" {
+		return nil, invalidArgument("%s is required", field)
+	}
+	if !validVolumeID(id) {
+		return nil, notFound("volume %q not found (%s is not a local-hostpath volume id)", id, field)
+	}
+	rec, err := d.store.readVolume(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound("volume %s not found", id)
+	}
+	if err != nil {
+		return nil, internalError(err, "read record of volume %s", id)
+	}
+	return rec, nil
+}
+
+func csiVolume(r *volumeRecord) *csi.Volume {
+	return &csi.Volume{
+		VolumeId:      r.ID,
+		CapacityBytes: r.CapacityBytes,
+		ContentSource: contentSource{snapshotID: r.SourceSnapshotID, volumeID: r.SourceVolumeID}.proto(),
+	}
+}
+
+func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	rec, err := d.lookupVolume(req.GetVolumeId(), "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	st := &csi.ControllerGetVolumeResponse_VolumeStatus{}
+	if d.opts.ControllerPublish {
+		att, err := d.store.readAttachments(rec.ID)
+		if err != nil {
+			return nil, internalError(err, "read attachments of volume %s", rec.ID)
+		}
+		st.PublishedNodeIds = att.nodeIDs()
+	}
+	return &csi.ControllerGetVolumeResponse{Volume: csiVolume(rec), Status: st}, nil
+}
+
+func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, invalidArgument("volume_capabilities is required")
+	}
+	if _, err := d.lookupVolume(req.GetVolumeId(), "volume_id"); err != nil {
+		return nil, err
+	}
+	if err := checkCapabilities("volume_capabilities", req.GetVolumeCapabilities()); err != nil {
+		if err.malformed {
+			return nil, invalidArgument("%s", err)
+		}
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.msg}, nil
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: "mutable_parameters are not supported by local-hostpath"}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// page returns the part of items (sorted by id) that starts at token and
+// holds at most max entries, and the token of the next page. Tokens are the
+// ID of the first entry of a page, so deleting entries between calls never
+// invalidates a token.
+func page[T any](items []T, id func(T) string, token string, max int32) ([]T, string) {
+	start := sort.Search(len(items), func(i int) bool { return id(items[i]) >= token })
+	end, next := len(items), ""
+	if max > 0 && len(items)-start > int(max) {
+		end = start + int(max)
+		next = id(items[end])
+	}
+	return items[start:end], next
+}
+
+func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, invalidArgument("max_entries %d must not be negative", req.GetMaxEntries())
+	}
+	if t := req.GetStartingToken(); t != "" && !validVolumeID(t) {
+		return nil, abortedToken(t)
+	}
+	recs, err := d.store.listVolumes()
+	if err != nil {
+		return nil, internalError(err, "list volumes")
+	}
+	published := map[string][]string{}
+	if d.opts.ControllerPublish {
+		atts, err := d.store.listAttachments()
+		if err != nil {
+			return nil, internalError(err, "list attachments")
+		}
+		for _, a := range atts {
+			published[a.VolumeID] = a.nodeIDs()
+		}
+	}
+	recs, next := page(recs, func(r *volumeRecord) string { return r.ID }, req.GetStartingToken(), req.GetMaxEntries())
+	resp := &csi.ListVolumesResponse{NextToken: next}
+	for _, r := range recs {
+		e := &csi.ListVolumesResponse_Entry{Volume: csiVolume(r)}
+		if d.opts.ControllerPublish {
+			// Required with LIST_VOLUMES_PUBLISHED_NODES, even when empty.
+			e.Status = &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: published[r.ID]}
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	return resp, nil
+}
+
+// GetCapacity reports the free space of the file system holding BasePath;
+// every volume draws from it since sizes are not enforced. Capabilities the
+// driver cannot serve get 0, as CSI asks.
+func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	for i, c := range req.GetVolumeCapabilities() {
+		if err := checkCapability(fmt.Sprintf("volume_capabilities[%d]", i), c); err != nil {
+			if err.malformed {
+				return nil, invalidArgument("%s", err)
+			}
+			return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
+		}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.opts.BasePath, &st); err != nil {
+		return nil, internalError(err, "statfs %s", d.opts.BasePath)
+	}
+	return &csi.GetCapacityResponse{AvailableCapacity: mulClamp(st.Bavail, st.Bsize)}, nil
+}
+
+// ControllerExpandVolume records the new size; there is nothing to grow on
+// disk, so node expansion is never required. Shrinking is not expansion:
+// a request whose limit is below the current size is OUT_OF_RANGE, while one
+// already satisfied by the current size succeeds unchanged (CSI idempotency).
+func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	cr := req.GetCapacityRange()
+	if cr == nil {
+		return nil, invalidArgument("capacity_range is required")
+	}
+	if err := checkCapacityRange(cr); err != nil {
+		return nil, err
+	}
+	if cr.GetRequiredBytes() == 0 && cr.GetLimitBytes() == 0 {
+		return nil, invalidArgument("capacity_range must set required_bytes or limit_bytes")
+	}
+	if c := req.GetVolumeCapability(); c != nil {
+		if err := checkCapability("volume_capability", c); err != nil {
+			return nil, invalidArgument("%s", err)
+		}
+	}
+	if !validVolumeID(id) {
+		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
+	}
+	unlock, err := d.locks.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := d.lookupVolume(id, "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	if lim := cr.GetLimitBytes(); lim > 0 && rec.CapacityBytes > lim {
+		return nil, outOfRange("volume %s already has %d bytes, more than capacity_range.limit_bytes %d; volumes cannot shrink", id, rec.CapacityBytes, lim)
+	}
+	if want := cr.GetRequiredBytes(); want > rec.CapacityBytes {
+		old := rec.CapacityBytes
+		rec.CapacityBytes = want
+		if err := d.store.writeVolume(rec); err != nil {
+			return nil, internalError(err, "write record of volume %s", id)
+		}
+		d.log.Info("expanded volume", "volume", id, "fromBytes", old, "toBytes", want)
+	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes, NodeExpansionRequired: false}, nil
+}
+
+func abortedToken(token string) error {
+	return aborted("starting_token %q is not valid; start listing again without a token", token)
+}
+
+// mulClamp returns a*b as int64, clamped to MaxInt64 instead of wrapping.
+func mulClamp[B int64 | uint32 | int32](a uint64, b B) int64 {
+	if b <= 0 {
+		return 0
+	}
+	if a > uint64(math.MaxInt64)/uint64(b) {
+		return math.MaxInt64
+	}
+	return int64(a * uint64(b))
+}

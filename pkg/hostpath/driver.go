@@ -1,0 +1,175 @@
+// Package hostpath is the built-in local-hostpath CSI driver: one directory
+// per volume under a base path, bind-mounted on publish, with snapshots and
+// clones made by copying directory trees.
+//
+// The same Driver serves the proxy in-process (over an in-memory listener),
+// runs standalone as a separate upstream process, and is the csi-sanity
+// target, so it follows the CSI spec to the letter rather than only doing what
+// Kubernetes happens to call.
+//
+// Layout under Options.BasePath (nothing else is ever written):
+//
+//	volumes/<volume id>/        data of one volume; the bind-mount source
+//	snapshots/<snapshot id>/    copy of a volume taken by CreateSnapshot
+//	meta/volumes/<id>.json      volume record (name, capacity, content source)
+//	meta/snapshots/<id>.json    snapshot record
+//	meta/attachments/<id>.json  ControllerPublish records of one volume
+//	tmp/<instance>/             work in progress of one running Driver
+//
+// A volume or snapshot exists exactly when its record exists: data is built
+// in tmp and renamed into place before the record is written, so a crash never
+// leaves a record without data, and leftovers in tmp are removed by the next
+// Driver that starts on the same BasePath.
+package hostpath
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+)
+
+// Options configure a Driver. Zero values are documented per field.
+type Options struct {
+	// DriverName is returned by GetPluginInfo. Required; it must be a valid
+	// CSI driver name (at most 63 characters, alphanumerics, '-', '_', '.').
+	DriverName string
+	// Version is returned by GetPluginInfo. Empty reports "unknown".
+	Version string
+	// NodeID is returned by NodeGetInfo. Required, because the CO cannot
+	// register a node without one.
+	NodeID string
+	// BasePath is the directory that holds all volumes, snapshots and their
+	// records (the connection's shareBasePath). Required and absolute; it
+	// is created with mode 0750 when missing.
+	BasePath string
+	// Stage advertises STAGE_UNSTAGE_VOLUME: NodeStageVolume bind-mounts the
+	// volume directory on staging_target_path and NodePublishVolume binds
+	// from there. False: the Stage RPCs return UNIMPLEMENTED and publish
+	// binds the volume directory directly.
+	Stage bool
+	// ControllerPublish advertises PUBLISH_UNPUBLISH_VOLUME (plus
+	// PUBLISH_READONLY and LIST_VOLUMES_PUBLISHED_NODES, which come for free
+	// with the attachment records): attachments are recorded per node id.
+	// Nothing needs attaching for a local directory, so this exists to
+	// exercise a real peer that has the capability. False: the RPCs return
+	// UNIMPLEMENTED.
+	ControllerPublish bool
+	// MaxVolumesPerNode is reported by NodeGetInfo and, with
+	// ControllerPublish, enforced per node id. Zero means no limit;
+	// negative is invalid.
+	MaxVolumesPerNode int64
+	// Logger receives one line per state change. Nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the options without touching the file system. Errors name
+// the offending field.
+func (o Options) Validate() error {
+	var errs []error
+	switch {
+	case o.DriverName == "":
+		errs = append(errs, errors.New("DriverName is required"))
+	case !driverNameRE.MatchString(o.DriverName):
+		errs = append(errs, fmt.Errorf("DriverName %q is not a valid CSI driver name (at most 63 characters, alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric)", o.DriverName))
+	}
+	if o.NodeID == "" {
+		errs = append(errs, errors.New("NodeID is required"))
+	} else if len(o.NodeID) > maxIDBytes {
+		errs = append(errs, fmt.Errorf("NodeID is %d bytes long, CSI allows at most %d", len(o.NodeID), maxIDBytes))
+	}
+	switch {
+	case o.BasePath == "":
+		errs = append(errs, errors.New("BasePath is required"))
+	case !filepath.IsAbs(o.BasePath):
+		errs = append(errs, fmt.Errorf("BasePath %q must be an absolute path", o.BasePath))
+	}
+	if o.MaxVolumesPerNode < 0 {
+		errs = append(errs, fmt.Errorf("MaxVolumesPerNode %d must not be negative", o.MaxVolumesPerNode))
+	}
+	return errors.Join(errs...)
+}
+
+// Driver is the local-hostpath CSI driver. It implements csi.IdentityServer,
+// csi.ControllerServer and csi.NodeServer; it is safe for concurrent use.
+type Driver struct {
+	// The Unimplemented servers answer, with UNIMPLEMENTED, the RPCs this
+	// driver deliberately does not support (ControllerModifyVolume, ...) and
+	// any RPC a future CSI version adds.
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
+
+	opts  Options
+	log   *slog.Logger
+	store *store
+	locks *keyedLocks
+}
+
+var (
+	_ csi.IdentityServer   = (*Driver)(nil)
+	_ csi.ControllerServer = (*Driver)(nil)
+	_ csi.NodeServer       = (*Driver)(nil)
+)
+
+// New validates opts, creates the directory layout under BasePath and removes
+// work left in tmp by Drivers that are no longer running.
+func New(opts Options) (*Driver, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("local-hostpath options: %w", err)
+	}
+	opts.BasePath = filepath.Clean(opts.BasePath)
+	if opts.Version == "" {
+		opts.Version = "unknown"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("driver", "local-hostpath", "basePath", opts.BasePath)
+
+	st, err := openStore(opts.BasePath, log)
+	if err != nil {
+		return nil, fmt.Errorf("local-hostpath BasePath: %w", err)
+	}
+	return &Driver{
+		opts:  opts,
+		log:   log,
+		store: st,
+		locks: newKeyedLocks(),
+	}, nil
+}
+
+// Register registers the Identity, Controller and Node services on s.
+func (d *Driver) Register(s *grpc.Server) {
+	csi.RegisterIdentityServer(s, d)
+	csi.RegisterControllerServer(s, d)
+	csi.RegisterNodeServer(s, d)
+}
+
+// Close releases the Driver's claim on its tmp directory. A Driver must not
+// be used after Close. Calling it is optional: the claim is a file lock that
+// the kernel drops when the process exits.
+func (d *Driver) Close() error {
+	return d.store.close()
+}
+
+// ensureDir creates dir (and parents) with mode perm when missing and fails
+// when something that is not a directory is in the way.
+func ensureDir(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return nil
+}

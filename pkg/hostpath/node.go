@@ -1,0 +1,381 @@
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+)
+
+// The node service bind-mounts BasePath/volumes/<id> where the CO asks.
+// Paths from the CO (target_path, staging_target_path, volume_path) must be
+// absolute and are used as given: they belong to the CO, unlike everything
+// under BasePath, which is only ever reached through validated IDs.
+//
+// Whether something is mounted is always read from /proc/self/mountinfo and
+// the inodes on disk, never from a record, so the node side needs no state
+// of its own and is right after a restart or a reboot.
+
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	types := []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		// CSI 1.13 replaced the VOLUME_CONDITION capability with these.
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH,
+	}
+	if d.opts.Stage {
+		types = append(types, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	}
+	caps := make([]*csi.NodeServiceCapability, len(types))
+	for i, t := range types {
+		caps[i] = &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: t},
+		}}
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo reports no accessible_topology: where BasePath is reachable
+// is the proxy's business (its connection topology), not the driver's.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: d.opts.NodeID, MaxVolumesPerNode: d.opts.MaxVolumesPerNode}, nil
+}
+
+// checkCOPath validates a path the CO owns.
+func checkCOPath(field, p string) error {
+	switch {
+	case p == "":
+		return invalidArgument("%s is required", field)
+	case !filepath.IsAbs(p):
+		return invalidArgument("%s %q must be an absolute path", field, p)
+	case strings.ContainsRune(p, 0):
+		return invalidArgument("%s contains a NUL byte", field)
+	}
+	return nil
+}
+
+// nodeCapability validates the capability of a node RPC: malformed is
+// INVALID_ARGUMENT, well-formed but unsupported is FAILED_PRECONDITION
+// ("exceeds capabilities" in the CSI node error tables).
+func nodeCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return invalidArgument("volume_capability is required")
+	}
+	if err := checkCapability("volume_capability", c); err != nil {
+		if err.malformed {
+			return invalidArgument("%s", err)
+		}
+		return failedPrecondition("%s", err)
+	}
+	return nil
+}
+
+// nodeVolume looks up the volume of a node RPC and checks that its data is
+// there to be mounted.
+func (d *Driver) nodeVolume(id string) (dir string, err error) {
+	rec, err := d.lookupVolume(id, "volume_id")
+	if err != nil {
+		return "", err
+	}
+	dir = d.store.volumePath(rec.ID)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", failedPrecondition("volume %s has a record but its data directory %s is missing or unreadable", id, dir)
+	}
+	return dir, nil
+}
+
+func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if !d.opts.Stage {
+		return nil, unimplemented("NodeStageVolume is not enabled in this local-hostpath driver (STAGE_UNSTAGE_VOLUME is not advertised)")
+	}
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if err := checkCOPath("staging_target_path", staging); err != nil {
+		return nil, err
+	}
+	if err := nodeCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if !validVolumeID(id) {
+		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
+	}
+	unlock, err := d.locks.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	dir, err := d.nodeVolume(id)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := readMountInfo()
+	if err != nil {
+		return nil, internalError(err, "read mount table")
+	}
+	if mountAt(mounts, staging) != nil {
+		if isMountOf(staging, dir) {
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		return nil, alreadyExists("staging_target_path %s is already a mount point of something other than volume %s", staging, id)
+	}
+	// The staging mount is always read-write; read-only-ness and mount
+	// flags are per publish, because one staged volume can be published
+	// both ways.
+	created, err := ensureMountDir(staging)
+	if err != nil {
+		return nil, internalError(err, "prepare staging_target_path")
+	}
+	if err := bindMount(dir, staging, false, 0); err != nil {
+		if created {
+			os.Remove(staging)
+		}
+		return nil, internalError(err, "stage volume %s", id)
+	}
+	d.log.Info("staged volume", "volume", id, "stagingTargetPath", staging)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume unmounts staging_target_path and leaves the directory to
+// the CO, which created it. Like NodeUnpublishVolume it does not require the
+// volume to still exist: tearing down must always be possible.
+func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if !d.opts.Stage {
+		return nil, unimplemented("NodeUnstageVolume is not enabled in this local-hostpath driver (STAGE_UNSTAGE_VOLUME is not advertised)")
+	}
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if err := checkCOPath("staging_target_path", staging); err != nil {
+		return nil, err
+	}
+	if validVolumeID(id) {
+		unlock, err := d.locks.lock(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	if err := unmountAll(staging); err != nil {
+		return nil, internalError(err, "unstage volume %s", id)
+	}
+	d.log.Info("unstaged volume", "volume", id, "stagingTargetPath", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if err := checkCOPath("target_path", target); err != nil {
+		return nil, err
+	}
+	vc := req.GetVolumeCapability()
+	if err := nodeCapability(vc); err != nil {
+		return nil, err
+	}
+	flags, roFlag, _ := mountFlags(vc.GetMount().GetMountFlags()) // validated by nodeCapability
+	var staging string
+	if d.opts.Stage {
+		staging = req.GetStagingTargetPath()
+		if staging == "" {
+			return nil, failedPrecondition("staging_target_path is required: this driver stages volumes (STAGE_UNSTAGE_VOLUME), call NodeStageVolume first")
+		}
+		if err := checkCOPath("staging_target_path", staging); err != nil {
+			return nil, err
+		}
+	}
+	if !validVolumeID(id) {
+		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
+	}
+	unlock, err := d.locks.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	dir, err := d.nodeVolume(id)
+	if err != nil {
+		return nil, err
+	}
+
+	readonly := req.GetReadonly() || roFlag || readOnlyMode(vc) ||
+		(d.opts.ControllerPublish && req.GetPublishContext()[publishContextReadonly] == "true")
+	mounts, err := readMountInfo()
+	if err != nil {
+		return nil, internalError(err, "read mount table")
+	}
+	source := dir
+	if staging != "" {
+		if mountAt(mounts, staging) == nil || !isMountOf(staging, dir) {
+			return nil, failedPrecondition("volume %s is not staged at staging_target_path %s; call NodeStageVolume first", id, staging)
+		}
+		source = staging
+	}
+	if m := mountAt(mounts, target); m != nil {
+		if !isMountOf(target, dir) {
+			return nil, alreadyExists("target_path %s is already a mount point of something other than volume %s", target, id)
+		}
+		if m.readOnly() != readonly {
+			return nil, alreadyExists("volume %s is already published at %s with readonly=%t, this request asks for readonly=%t", id, target, m.readOnly(), readonly)
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		skip := []string{resolvePath(target)}
+		if staging != "" {
+			skip = append(skip, resolvePath(staging))
+		}
+		var others []string
+		for _, p := range mountsOf(mounts, dir) {
+			if !slices.Contains(skip, p) {
+				others = append(others, p)
+			}
+		}
+		if len(others) > 0 {
+			return nil, failedPrecondition("volume %s is already published at %s; access mode SINGLE_NODE_SINGLE_WRITER allows one target path", id, strings.Join(others, ", "))
+		}
+	}
+
+	created, err := ensureMountDir(target)
+	if err != nil {
+		return nil, internalError(err, "prepare target_path")
+	}
+	if err := bindMount(source, target, readonly, flags); err != nil {
+		if created {
+			os.Remove(target)
+		}
+		return nil, internalError(err, "publish volume %s", id)
+	}
+	d.log.Info("published volume", "volume", id, "targetPath", target, "readonly", readonly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume unmounts target_path and removes it. It succeeds for
+// any volume_id, known or not, when there is nothing (left) at the path: a
+// CO must always be able to tear a pod down, even after the volume's record
+// is gone, and a retry after a partial failure must succeed.
+func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if err := checkCOPath("target_path", target); err != nil {
+		return nil, err
+	}
+	if validVolumeID(id) {
+		unlock, err := d.locks.lock(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	if err := unmountAll(target); err != nil {
+		return nil, internalError(err, "unpublish volume %s", id)
+	}
+	// Remove, never RemoveAll: if the path still has content it is not our
+	// mount, and deleting it could destroy data.
+	switch err := os.Remove(target); {
+	case err == nil, errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return nil, failedPrecondition("target_path %s is not a mount point but is not empty; refusing to delete its content", target)
+	default:
+		return nil, internalError(err, "remove target_path")
+	}
+	d.log.Info("unpublished volume", "volume", id, "targetPath", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// volumeAt checks that path is absolute, exists and shows volume dir: the
+// CSI "volume does not exist on the specified path" condition is NOT_FOUND.
+func volumeAt(field, path, id, dir string) error {
+	if !filepath.IsAbs(path) {
+		return notFound("volume %s is not at %s %q: not an absolute path", id, field, path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return notFound("volume %s is not at %s %s: %v", id, field, path, err)
+	}
+	if !isMountOf(path, dir) {
+		return notFound("volume %s is not published or staged at %s %s", id, field, path)
+	}
+	return nil
+}
+
+// NodeGetVolumeStats reports the file system that holds the volume: sizes
+// are not enforced, so what the pod can really use is what BasePath's file
+// system has left.
+func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalidArgument("volume_path is required")
+	}
+	rec, err := d.lookupVolume(req.GetVolumeId(), "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	path := req.GetVolumePath()
+	if err := volumeAt("volume_path", path, rec.ID, d.store.volumePath(rec.ID)); err != nil {
+		return nil, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, internalError(err, "statfs %s", path)
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{
+			Unit:      csi.VolumeUsage_BYTES,
+			Total:     mulClamp(st.Blocks, st.Bsize),
+			Available: mulClamp(st.Bavail, st.Bsize),
+			Used:      mulClamp(st.Blocks-st.Bfree, st.Bsize),
+		},
+		{
+			Unit:      csi.VolumeUsage_INODES,
+			Total:     mulClamp(st.Files, int64(1)),
+			Available: mulClamp(st.Ffree, int64(1)),
+			Used:      mulClamp(st.Files-st.Ffree, int64(1)),
+		},
+	}}, nil
+}
+
+// NodeExpandVolume has nothing to grow (ControllerExpandVolume already
+// recorded the size); it confirms the volume is at volume_path and reports
+// the recorded capacity.
+func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalidArgument("volume_path is required")
+	}
+	if c := req.GetVolumeCapability(); c != nil {
+		if err := checkCapability("volume_capability", c); err != nil {
+			return nil, invalidArgument("%s", err)
+		}
+	}
+	if err := checkCapacityRange(req.GetCapacityRange()); err != nil {
+		return nil, err
+	}
+	rec, err := d.lookupVolume(req.GetVolumeId(), "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	if err := volumeAt("volume_path", req.GetVolumePath(), rec.ID, d.store.volumePath(rec.ID)); err != nil {
+		return nil, err
+	}
+	if want := req.GetCapacityRange().GetRequiredBytes(); want > rec.CapacityBytes {
+		return nil, outOfRange("volume %s has %d bytes, less than capacity_range.required_bytes %d; call ControllerExpandVolume first", rec.ID, rec.CapacityBytes, want)
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
+}

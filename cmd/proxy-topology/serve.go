@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,6 +48,13 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight calls may take after
 	// SIGTERM before they are cut.
 	ShutdownTimeout time.Duration
+	// MetricsAddress (host:port) serves /metrics, /healthz and /readyz;
+	// empty serves none of them.
+	MetricsAddress string
+
+	// listening, if set, is called once the CSI socket serves, with the
+	// bound metrics address ("" when off); tests wait on it.
+	listening func(metricsAddr string)
 }
 
 func env(names ...string) string {
@@ -84,6 +92,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", or(env("PROXY_TOPOLOGY_LOG_LEVEL"), "info"), "debug, info, warn or error (env PROXY_TOPOLOGY_LOG_LEVEL)")
 	fs.StringVar(&o.CSIName, "csi-name", env("PROXY_TOPOLOGY_CSI_NAME"), "driver name; overrides csiName in the config (env PROXY_TOPOLOGY_CSI_NAME)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may run after SIGTERM")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", env("PROXY_TOPOLOGY_METRICS_ADDRESS"), "host:port serving /metrics, /healthz and /readyz, e.g. :9808; empty: off (env PROXY_TOPOLOGY_METRICS_ADDRESS)")
 }
 
 // Validate checks the flags; errors name the flag.
@@ -104,6 +113,11 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %s is negative", o.ShutdownTimeout))
+	}
+	if o.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-address %q: want host:port or :port", o.MetricsAddress))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -135,17 +149,24 @@ func serve(args []string) int {
 
 // Serve loads the config, builds the driver and serves until ctx ends.
 func Serve(ctx context.Context, o Options, log *slog.Logger) error {
+	x, err := startOps(o, log)
+	if err != nil {
+		return err
+	}
+	defer x.stop()
 	cfg, err := loadConfig(o, log)
 	if err != nil {
 		return err
 	}
+	x.setNotReady(notReadyStarting)
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
 	name := or(o.CSIName, or(cfg.CSIName, config.DefaultCSIName))
 	version := buildVersion()
+	x.buildInfo(version, name, o.Mode)
 
-	srv := grpc.NewServer(pcsi.Interceptors(log))
+	srv := grpc.NewServer(pcsi.Interceptors(log, x.observers()...))
 	var driver *pcsi.Driver
 	var pool *upstream.Pool
 	switch cfg.Driver {
@@ -165,7 +186,8 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	default:
 		pool = upstream.NewPool(log)
 		defer pool.Close()
-		driver, err = newProxy(ctx, o, cfg, name, version, pool, log)
+		x.watchPool(pool)
+		driver, err = newProxy(ctx, o, cfg, name, version, pool, x, log)
 		if err != nil {
 			return err
 		}
@@ -183,12 +205,17 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
+	x.setNotReady("")
+	if o.listening != nil {
+		o.listening(x.addr())
+	}
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: waiting for in-flight calls", "timeout", o.ShutdownTimeout)
+	x.setNotReady(notReadyStopping)
 	if driver != nil {
 		driver.SetReady(false)
 	}
@@ -204,17 +231,18 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	return nil
 }
 
-func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, log *slog.Logger) (*pcsi.Driver, error) {
+func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
 	ev := cfg.Topology
 	topo := accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()}
 	timeout := time.Duration(cfg.Proxy.CacheTimeoutMinutes) * time.Minute
 	if cfg.Proxy.CacheTimeoutMinutes < 0 {
 		timeout = -1
 	}
-	store := connection.NewStore(connection.Options{
+	store := connection.NewStore(x.storeOptions(connection.Options{
 		Folder: cfg.Proxy.ConfigFolder, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
-	})
+	}))
+	x.watchStore(store)
 	caps, err := pcsi.ResolveCapabilities(cfg.Proxy.Capabilities.Controller, cfg.Proxy.Capabilities.Node, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
@@ -227,6 +255,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	}
 	if o.Mode != pcsi.ModeController {
 		res := ev.Evaluate(nodetopology.Gather(ctx, ev, o.NodeID, nil))
+		x.nodeTopology(res)
 		for _, r := range res.Rules {
 			log.Debug("node topology rule", "index", r.Index, "key", r.Key, "status", r.Status, "value", r.Value, "reason", r.Reason)
 		}

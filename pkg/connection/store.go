@@ -61,6 +61,11 @@ type Options struct {
 	Log                 *slog.Logger
 	// Now is the clock; nil means time.Now (tests replace it).
 	Now func() time.Time
+	// OnLoad, if set, is called after every read of a connection file:
+	// reload is true when the file replaced a cached version of itself,
+	// err is the load error. Metrics count loads with it; nil means no
+	// one is told.
+	OnLoad func(name string, reload bool, err error)
 }
 
 // Store loads connections on first use and keeps them fresh.
@@ -115,14 +120,17 @@ func (s *Store) Get(name string) (*Connection, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, file)
 		}
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		s.loaded(name, false, err)
+		return nil, err
 	}
 	st := stampOf(fi)
 	now := s.opts.Now()
 
 	s.mu.Lock()
 	s.sweepLocked(now)
-	if e, ok := s.entries[name]; ok && e.stamp == st && s.opts.CacheTimeout != 0 {
+	e, cached := s.entries[name]
+	if cached && e.stamp == st && s.opts.CacheTimeout != 0 {
 		e.lastUsed = now
 		conn, err := e.conn, e.err
 		s.mu.Unlock()
@@ -131,12 +139,19 @@ func (s *Store) Get(name string) (*Connection, error) {
 	s.mu.Unlock()
 
 	conn, err := s.load(name, file)
+	s.loaded(name, cached, err)
 	if s.opts.CacheTimeout != 0 {
 		s.mu.Lock()
 		s.entries[name] = &entry{stamp: st, conn: conn, err: err, lastUsed: now}
 		s.mu.Unlock()
 	}
 	return conn, err
+}
+
+func (s *Store) loaded(name string, reload bool, err error) {
+	if s.opts.OnLoad != nil {
+		s.opts.OnLoad(name, reload, err)
+	}
 }
 
 func (s *Store) forget(name string) {

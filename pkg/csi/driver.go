@@ -194,6 +194,7 @@ func unsupported(c *connection.Connection, method string) error {
 // its error. It is the one place every routed call goes through.
 func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *upstream.Client, method string, req Req,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	ctx = upstream.WithConnection(ctx, c.Name)
 	if t := c.Config.CSI.Timeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -210,7 +211,7 @@ func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *u
 // requireController fails with INVALID_ARGUMENT when the connection's
 // upstream lacks a controller capability.
 func requireController(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type, method string) error {
-	ok, err := c.Controller.HasController(ctx, cap)
+	ok, err := c.Controller.HasController(upstream.WithConnection(ctx, c.Name), cap)
 	if err != nil {
 		return upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
 	}
@@ -223,7 +224,7 @@ func requireController(ctx context.Context, c *connection.Connection, cap csi.Co
 // nodeHas reports whether the connection's node upstream has a node
 // capability.
 func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
-	ok, err := c.Node.HasNode(ctx, cap)
+	ok, err := c.Node.HasNode(upstream.WithConnection(ctx, c.Name), cap)
 	if err != nil {
 		return false, upstreamError(c, c.Node, "NodeGetCapabilities", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 type callKey struct{}
@@ -41,13 +42,35 @@ func RequestID(ctx context.Context) string {
 	return ""
 }
 
+// ConnectionFromContext returns the connection a call works for: the one an
+// upstream call was made for (upstream.WithConnection), else the one the
+// request was routed to, else "" (a listing over all connections, or a call
+// that names none).
+func ConnectionFromContext(ctx context.Context) string {
+	if name := upstream.ConnectionFrom(ctx); name != "" {
+		return name
+	}
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		if name := c.connection.Load(); name != nil {
+			return *name
+		}
+	}
+	return ""
+}
+
 var requestCounter atomic.Uint64
 
-// Interceptors returns the server chain: request id, then logging, then
-// panic recovery closest to the handler so a recovered panic is logged like
-// any other failed call.
-func Interceptors(log *slog.Logger) grpc.ServerOption {
-	return grpc.ChainUnaryInterceptor(requestIDInterceptor, loggingInterceptor(log), recoveryInterceptor(log))
+// Observer is told about every finished RPC, with the method's short name
+// and the connection it was routed to ("" if none); metrics implement it.
+type Observer interface {
+	ObserveRPC(method, connection string, code codes.Code, d time.Duration)
+}
+
+// Interceptors returns the server chain: request id, then logging (which
+// also reports to the observers), then panic recovery closest to the
+// handler so a recovered panic is logged like any other failed call.
+func Interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(requestIDInterceptor, loggingInterceptor(log, observers), recoveryInterceptor(log))
 }
 
 func requestIDInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -62,7 +85,7 @@ var quiet = map[string]bool{
 	"GetPluginCapabilities": true, "ControllerGetCapabilities": true,
 }
 
-func loggingInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 		level := slog.LevelInfo
@@ -75,6 +98,20 @@ func loggingInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		start := time.Now()
 		resp, err := handler(ctx, req)
+		elapsed := time.Since(start)
+		var conn *string
+		if c, ok := ctx.Value(callKey{}).(*call); ok {
+			conn = c.connection.Load()
+		}
+		if len(observers) > 0 {
+			name := ""
+			if conn != nil {
+				name = *conn
+			}
+			for _, o := range observers {
+				o.ObserveRPC(method, name, status.Code(err), elapsed)
+			}
+		}
 		if !log.Enabled(ctx, level) && err == nil {
 			return resp, err
 		}
@@ -82,12 +119,10 @@ func loggingInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 			slog.String("method", method),
 			slog.String("request_id", RequestID(ctx)),
 			slog.String("code", status.Code(err).String()),
-			slog.Duration("duration", time.Since(start)),
+			slog.Duration("duration", elapsed),
 		}
-		if c, ok := ctx.Value(callKey{}).(*call); ok {
-			if name := c.connection.Load(); name != nil {
-				attrs = append(attrs, slog.String("connection", *name))
-			}
+		if conn != nil {
+			attrs = append(attrs, slog.String("connection", *conn))
 		}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", status.Convert(err).Message()))

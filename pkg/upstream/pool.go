@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -24,7 +26,8 @@ import (
 // endpoint (or the same local-hostpath base path) uses one Client, so a
 // thousand connections to one storage system cost one gRPC channel.
 type Pool struct {
-	log *slog.Logger
+	log      *slog.Logger
+	observer atomic.Pointer[Observer]
 
 	mu      sync.Mutex
 	clients map[string]*Client
@@ -34,6 +37,34 @@ type Pool struct {
 // NewPool returns an empty pool.
 func NewPool(log *slog.Logger) *Pool {
 	return &Pool{log: log, clients: map[string]*Client{}}
+}
+
+// Observer is told about every finished upstream call: target is the
+// Client's Target, method the full gRPC method name.
+type Observer func(ctx context.Context, target, method string, code codes.Code, d time.Duration)
+
+// SetObserver reports every later upstream call to o; nil stops reporting.
+func (p *Pool) SetObserver(o Observer) {
+	if o == nil {
+		p.observer.Store(nil)
+		return
+	}
+	p.observer.Store(&o)
+}
+
+type connectionKey struct{}
+
+// WithConnection records which connection an upstream call is made for. A
+// Client is shared by every connection naming its endpoint, so only the
+// caller knows; observers read it back with ConnectionFrom.
+func WithConnection(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, connectionKey{}, name)
+}
+
+// ConnectionFrom returns the connection WithConnection recorded, or "".
+func ConnectionFrom(ctx context.Context) string {
+	name, _ := ctx.Value(connectionKey{}).(string)
+	return name
 }
 
 // Client is one upstream CSI driver.
@@ -192,17 +223,26 @@ func (c *Client) HasNode(ctx context.Context, cap csi.NodeServiceCapability_RPC_
 	return caps[cap], nil
 }
 
-// logCall logs each upstream call at debug level; the message is built only
-// when debug is on, keeping the hot path free of formatting.
+// logCall logs each upstream call at debug level and reports it to the
+// observer; with neither, the call goes straight through, keeping the hot
+// path free of clocks and formatting.
 func (p *Pool) logCall(target string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if !p.log.Enabled(ctx, slog.LevelDebug) {
+		obs := p.observer.Load()
+		debug := p.log.Enabled(ctx, slog.LevelDebug)
+		if obs == nil && !debug {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		p.log.DebugContext(ctx, "upstream call", "upstream", target, "method", method,
-			"code", status.Code(err).String(), "duration", time.Since(start))
+		d := time.Since(start)
+		if obs != nil {
+			(*obs)(ctx, target, method, status.Code(err), d)
+		}
+		if debug {
+			p.log.DebugContext(ctx, "upstream call", "upstream", target, "method", method,
+				"code", status.Code(err).String(), "duration", d)
+		}
 		return err
 	}
 }

@@ -304,9 +304,9 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if t := req.GetAccessibleTopology(); t != nil && !accessible.Serves(t, c.Config.Proxy.PerDriver.Topology, d.opts.Topology) {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
-	ok, err := c.Controller.HasController(ctx, csi.ControllerServiceCapability_RPC_GET_CAPACITY)
+	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_GET_CAPACITY)
 	if err != nil {
-		return nil, upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+		return nil, err
 	}
 	if !ok {
 		return &csi.GetCapacityResponse{AvailableCapacity: math.MaxInt64}, nil

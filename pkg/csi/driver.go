@@ -194,12 +194,8 @@ func unsupported(c *connection.Connection, method string) error {
 // its error. It is the one place every routed call goes through.
 func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *upstream.Client, method string, req Req,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
-	ctx = upstream.WithConnection(ctx, c.Name)
-	if t := c.Config.CSI.Timeout; t > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
-	}
+	ctx, cancel := upstreamContext(ctx, c)
+	defer cancel()
 	resp, err := fn(ctx, req)
 	if err != nil {
 		var zero Resp
@@ -208,12 +204,36 @@ func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *u
 	return resp, nil
 }
 
+// upstreamContext tags ctx with the connection and caps it with the
+// connection's csi.timeout. Every upstream call goes through it, capability
+// discovery included: an upstream that hangs on ControllerGetCapabilities
+// is as hung as one that hangs on the call itself.
+func upstreamContext(ctx context.Context, c *connection.Connection) (context.Context, context.CancelFunc) {
+	ctx = upstream.WithConnection(ctx, c.Name)
+	if t := c.Config.CSI.Timeout; t > 0 {
+		return context.WithTimeout(ctx, t)
+	}
+	return ctx, func() {}
+}
+
+// controllerHas reports whether the connection's controller upstream has a
+// controller capability.
+func controllerHas(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
+	ctx, cancel := upstreamContext(ctx, c)
+	defer cancel()
+	ok, err := c.Controller.HasController(ctx, cap)
+	if err != nil {
+		return false, upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+	}
+	return ok, nil
+}
+
 // requireController fails with INVALID_ARGUMENT when the connection's
 // upstream lacks a controller capability.
 func requireController(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type, method string) error {
-	ok, err := c.Controller.HasController(upstream.WithConnection(ctx, c.Name), cap)
+	ok, err := controllerHas(ctx, c, cap)
 	if err != nil {
-		return upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+		return err
 	}
 	if !ok {
 		return unsupported(c, method)
@@ -224,7 +244,9 @@ func requireController(ctx context.Context, c *connection.Connection, cap csi.Co
 // nodeHas reports whether the connection's node upstream has a node
 // capability.
 func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
-	ok, err := c.Node.HasNode(upstream.WithConnection(ctx, c.Name), cap)
+	ctx, cancel := upstreamContext(ctx, c)
+	defer cancel()
+	ok, err := c.Node.HasNode(ctx, cap)
 	if err != nil {
 		return false, upstreamError(c, c.Node, "NodeGetCapabilities", err)
 	}

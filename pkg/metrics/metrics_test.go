@@ -1,0 +1,385 @@
+package metrics_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/metrics"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+var topology = accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster}
+
+// proxy is a pkg/csi Driver on a real unix socket, wired to metrics the way
+// serve does it.
+type proxy struct {
+	folder     string
+	m          *metrics.Metrics
+	scrape     *httptest.Server
+	controller csi.ControllerClient
+	identity   csi.IdentityClient
+	store      *connection.Store
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func startProxy(t *testing.T, cacheTimeout time.Duration) *proxy {
+	t.Helper()
+	log := slog.New(slog.NewJSONHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := metrics.New()
+	folder := t.TempDir()
+
+	pool := upstream.NewPool(log)
+	t.Cleanup(pool.Close)
+	pool.SetObserver(m.UpstreamObserver(pcsi.ConnectionFromContext))
+	store := connection.NewStore(connection.Options{
+		Folder: folder, CacheTimeout: cacheTimeout, Topology: topology,
+		NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test",
+		Pool: pool, Log: log, OnLoad: m.ConnectionLoaded,
+	})
+	m.WatchCache(store.Cached)
+	d, err := pcsi.New(pcsi.Options{
+		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
+		Topology: topology, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready error = errors.New("starting")
+	var readyMu sync.Mutex
+	readyFn := func() error { readyMu.Lock(); defer readyMu.Unlock(); return ready }
+	m.WatchReady(readyFn)
+
+	dir, err := os.MkdirTemp("", "pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	lis, err := pcsi.Listen("unix://" + filepath.Join(dir, "csi.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(pcsi.Interceptors(log, m))
+	d.Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	d.SetReady(true)
+	readyMu.Lock()
+	ready = nil
+	readyMu.Unlock()
+
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "csi.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	hs := httptest.NewServer(m.Handler(readyFn))
+	t.Cleanup(hs.Close)
+	return &proxy{
+		folder: folder, m: m, scrape: hs, store: store,
+		controller: csi.NewControllerClient(conn), identity: csi.NewIdentityClient(conn),
+	}
+}
+
+func (p *proxy) write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(p.folder, name+".yaml"), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mountCap() []*csi.VolumeCapability {
+	return []*csi.VolumeCapability{{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}}
+}
+
+func wantCode(t *testing.T, what string, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("%s: got %v (%v), want %v", what, got, err, want)
+	}
+}
+
+// TestScrapeAfterScriptedCalls runs a fixed set of calls through the proxy
+// and checks every counter they move, by method, connection and code.
+func TestScrapeAfterScriptedCalls(t *testing.T) {
+	p := startProxy(t, -1) // cache forever: each file version loads once
+	base := t.TempDir()
+	localYAML := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + base + "\n"
+	p.write(t, "local", localYAML)
+	p.write(t, "broken", "driver: nope\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	for range 2 {
+		_, err := p.identity.Probe(ctx, &csi.ProbeRequest{})
+		wantCode(t, "Probe", err, codes.OK)
+	}
+	create := func(name string, params map[string]string) (*csi.CreateVolumeResponse, error) {
+		return p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: mountCap()})
+	}
+	vol, err := create("pvc-a", map[string]string{"connection": "local"})
+	wantCode(t, "CreateVolume local", err, codes.OK)
+	_, err = create("pvc-b", map[string]string{"connection": "broken"})
+	wantCode(t, "CreateVolume broken", err, codes.FailedPrecondition)
+	_, err = create("pvc-c", map[string]string{"connection": "typo-in-storageclass"})
+	wantCode(t, "CreateVolume missing", err, codes.FailedPrecondition)
+	_, err = create("pvc-d", nil)
+	wantCode(t, "CreateVolume without connection", err, codes.InvalidArgument)
+
+	_, err = p.controller.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	wantCode(t, "ListVolumes", err, codes.OK)
+
+	// A changed file is reloaded on the next call.
+	p.write(t, "local", localYAML+"# edited\n")
+	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId()})
+	wantCode(t, "DeleteVolume", err, codes.OK)
+	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "not-made-by-the-proxy"})
+	wantCode(t, "DeleteVolume foreign id", err, codes.OK)
+	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v:gone/pvc-x"})
+	wantCode(t, "DeleteVolume of a removed connection", err, codes.FailedPrecondition)
+
+	g := p.m.Registry()
+	expect := func(text string, names ...string) {
+		t.Helper()
+		if err := testutil.GatherAndCompare(g, strings.NewReader(text), names...); err != nil {
+			t.Error(err)
+		}
+	}
+	expect(`
+# HELP proxy_topology_csi_requests_total CSI calls served, by method, connection ("" when the call names none) and gRPC code.
+# TYPE proxy_topology_csi_requests_total counter
+proxy_topology_csi_requests_total{code="OK",connection="",method="DeleteVolume"} 1
+proxy_topology_csi_requests_total{code="OK",connection="",method="ListVolumes"} 1
+proxy_topology_csi_requests_total{code="OK",connection="",method="Probe"} 2
+proxy_topology_csi_requests_total{code="InvalidArgument",connection="",method="CreateVolume"} 1
+proxy_topology_csi_requests_total{code="FailedPrecondition",connection="(unknown)",method="CreateVolume"} 1
+proxy_topology_csi_requests_total{code="FailedPrecondition",connection="(unknown)",method="DeleteVolume"} 1
+proxy_topology_csi_requests_total{code="FailedPrecondition",connection="broken",method="CreateVolume"} 1
+proxy_topology_csi_requests_total{code="OK",connection="local",method="CreateVolume"} 1
+proxy_topology_csi_requests_total{code="OK",connection="local",method="DeleteVolume"} 1
+`, "proxy_topology_csi_requests_total")
+
+	// Capabilities are discovered once per upstream client, on the first
+	// call that needs them; the edited file reuses the same client.
+	endpoint := "local-hostpath:" + base
+	expect(`
+# HELP proxy_topology_upstream_requests_total Calls to upstream CSI drivers, by connection, endpoint, method and gRPC code; code!="OK" are the errors.
+# TYPE proxy_topology_upstream_requests_total counter
+proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="ControllerGetCapabilities"} 1
+proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="CreateVolume"} 1
+proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="DeleteVolume"} 1
+proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="ListVolumes"} 1
+`, "proxy_topology_upstream_requests_total")
+
+	// ListVolumes loads every file once (broken fails, and the failure is
+	// cached for that file version); the edit reloads local.
+	expect(`
+# HELP proxy_topology_connection_load_failures_total Loads that failed: the file does not parse or validate, or its upstream cannot be set up.
+# TYPE proxy_topology_connection_load_failures_total counter
+proxy_topology_connection_load_failures_total{connection="broken"} 1
+# HELP proxy_topology_connection_loads_total Connection files read and parsed, successful or not, first loads and reloads.
+# TYPE proxy_topology_connection_loads_total counter
+proxy_topology_connection_loads_total{connection="broken"} 1
+proxy_topology_connection_loads_total{connection="local"} 2
+# HELP proxy_topology_connection_reloads_total Loads that replaced a cached connection because its file changed.
+# TYPE proxy_topology_connection_reloads_total counter
+proxy_topology_connection_reloads_total{connection="local"} 1
+# HELP proxy_topology_connections_cached Connections held in the cache (connection.Store.Cached).
+# TYPE proxy_topology_connections_cached gauge
+proxy_topology_connections_cached 2
+# HELP proxy_topology_ready 1 when the config is loaded and the CSI socket is serving (what /readyz and Probe report).
+# TYPE proxy_topology_ready gauge
+proxy_topology_ready 1
+`, "proxy_topology_connection_loads_total", "proxy_topology_connection_reloads_total",
+		"proxy_topology_connection_load_failures_total", "proxy_topology_connections_cached", "proxy_topology_ready")
+
+	// One latency observation per call, in the same series as the counters.
+	if n := testutil.CollectAndCount(p.m.Registry(), "proxy_topology_csi_request_duration_seconds"); n != 9 {
+		t.Errorf("csi_request_duration_seconds has %d series, want 9 (one per method and connection)", n)
+	}
+
+	// The same numbers over HTTP, and no volume ID or foreign name in any
+	// label.
+	body := get(t, p.scrape.URL+"/metrics", http.StatusOK)
+	if !strings.Contains(body, `proxy_topology_csi_requests_total{code="OK",connection="local",method="CreateVolume"} 1`) {
+		t.Errorf("/metrics lacks the CreateVolume counter:\n%s", body)
+	}
+	for _, s := range []string{"pvc-", "v:", "typo-in-storageclass", "gone", "not-made-by-the-proxy"} {
+		if strings.Contains(body, s) {
+			t.Errorf("/metrics contains %q, which must never become a label", s)
+		}
+	}
+}
+
+// TestConnectionLabelBoundedWithoutCache: with cacheTimeoutMinutes 0 every
+// call reads the file, and the label set still only holds real files.
+func TestConnectionLabelBoundedWithoutCache(t *testing.T) {
+	p := startProxy(t, 0)
+	p.write(t, "local", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+t.TempDir()+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: mountCap()})
+		wantCode(t, "CreateVolume", err, codes.OK)
+		_, err = p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "nope-" + string(rune('a'+i))}, VolumeCapabilities: mountCap()})
+		wantCode(t, "CreateVolume", err, codes.FailedPrecondition)
+	}
+	err := testutil.GatherAndCompare(p.m.Registry(), strings.NewReader(`
+# HELP proxy_topology_connection_loads_total Connection files read and parsed, successful or not, first loads and reloads.
+# TYPE proxy_topology_connection_loads_total counter
+proxy_topology_connection_loads_total{connection="local"} 3
+# HELP proxy_topology_connections_cached Connections held in the cache (connection.Store.Cached).
+# TYPE proxy_topology_connections_cached gauge
+proxy_topology_connections_cached 0
+# HELP proxy_topology_csi_requests_total CSI calls served, by method, connection ("" when the call names none) and gRPC code.
+# TYPE proxy_topology_csi_requests_total counter
+proxy_topology_csi_requests_total{code="FailedPrecondition",connection="(unknown)",method="CreateVolume"} 3
+proxy_topology_csi_requests_total{code="OK",connection="local",method="CreateVolume"} 3
+`), "proxy_topology_connection_loads_total", "proxy_topology_connections_cached", "proxy_topology_csi_requests_total")
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNodeTopologyRules(t *testing.T) {
+	ev, err := nodetopology.Compile(nodetopology.Config{
+		Type: nodetopology.TypeCluster,
+		FromRegexp: []nodetopology.Rule{
+			{TopologyKey: "zone", Source: nodetopology.SourceEnv, EnvName: "ZONE"},
+			{TopologyKey: "zone", Source: nodetopology.SourceNodeName, Regex: "[a-z]+-(zone[0-9])-[0-9]+", Template: "{match:1}"},
+			{TopologyKey: "zone", Source: nodetopology.SourceHostname},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	m.SetNodeTopology(ev.Evaluate(nodetopology.Inputs{NodeName: "worker-zone2-07", Hostname: "h1"}))
+	err = testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP proxy_topology_node_topology_rule 1 for the status each node topology rule had at start-up (rule="base" is the segment of nodeTopology.type).
+# TYPE proxy_topology_node_topology_rule gauge
+proxy_topology_node_topology_rule{key="org.democratic-csi.topology/cluster",rule="base",status="matched"} 1
+proxy_topology_node_topology_rule{key="org.democratic-csi.topology/zone",rule="0",status="skipped"} 1
+proxy_topology_node_topology_rule{key="org.democratic-csi.topology/zone",rule="1",status="matched"} 1
+proxy_topology_node_topology_rule{key="org.democratic-csi.topology/zone",rule="2",status="shadowed"} 1
+# HELP proxy_topology_node_topology_segments Topology segments this node reports; 0 means NodeGetInfo fails and the node cannot register.
+# TYPE proxy_topology_node_topology_segments gauge
+proxy_topology_node_topology_segments 2
+`), "proxy_topology_node_topology_rule", "proxy_topology_node_topology_segments")
+	if err != nil {
+		t.Error(err)
+	}
+	// Controller-only processes evaluate no rules and export neither.
+	if n := testutil.CollectAndCount(metrics.New().Registry(), "proxy_topology_node_topology_rule"); n != 0 {
+		t.Errorf("a fresh registry has %d node_topology_rule series", n)
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	m := metrics.New()
+	var mu sync.Mutex
+	notReady := errors.New("loading config")
+	ready := func() error { mu.Lock(); defer mu.Unlock(); return notReady }
+	hs := httptest.NewServer(m.Handler(ready))
+	defer hs.Close()
+
+	for _, tc := range []struct {
+		name     string
+		notReady error
+		path     string
+		code     int
+		body     string
+	}{
+		{"healthz while starting", errors.New("loading config"), "/healthz", 200, "ok\n"},
+		{"readyz while starting", errors.New("loading config"), "/readyz", 503, "not ready: loading config\n"},
+		{"readyz when serving", nil, "/readyz", 200, "ok\n"},
+		{"healthz when serving", nil, "/healthz", 200, "ok\n"},
+		{"readyz while stopping", errors.New("shutting down"), "/readyz", 503, "not ready: shutting down\n"},
+		{"unknown path", nil, "/nope", 404, "404 page not found\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			notReady = tc.notReady
+			mu.Unlock()
+			if got := get(t, hs.URL+tc.path, tc.code); got != tc.body {
+				t.Errorf("body %q, want %q", got, tc.body)
+			}
+		})
+	}
+}
+
+func TestListenAndShutdown(t *testing.T) {
+	m := metrics.New()
+	m.SetBuildInfo("v1.2.3", "proxy.example.com", "all")
+	srv, err := metrics.Listen("127.0.0.1:0", m.Handler(func() error { return nil }), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := get(t, "http://"+srv.Addr()+"/metrics", 200)
+	if !strings.Contains(body, `proxy_topology_build_info{csi_name="proxy.example.com",mode="all",version="v1.2.3"} 1`) {
+		t.Errorf("no build_info in\n%s", body)
+	}
+	if !strings.Contains(body, "go_goroutines") {
+		t.Error("no Go runtime metrics")
+	}
+	if _, err := metrics.Listen(srv.Addr(), http.NotFoundHandler(), slog.Default()); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+		t.Errorf("second Listen on a taken port: %v", err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + srv.Addr() + "/healthz"); err == nil {
+		t.Error("server still answers after Shutdown")
+	}
+}
+
+func get(t *testing.T, url string, wantCode int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != wantCode {
+		t.Fatalf("GET %s: %d %s, want %d", url, resp.StatusCode, b, wantCode)
+	}
+	return string(b)
+}

@@ -6,10 +6,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -132,6 +134,9 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 		}
 	}
 	warnings = append(warnings, unknownRuleKeys(name, k)...)
+	if err := checkWholeNumbers(k, known); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
 
 	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
 	if err := k.UnmarshalWithConf("", &m, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
@@ -209,7 +214,9 @@ func ValidateCSIName(n string) error {
 }
 
 // knownKeys lists the dotted koanf paths of a struct's fields. Maps, slices
-// and non-struct fields are leaves.
+// and non-struct fields are leaves. A nested struct is listed too, besides
+// its fields: koanf reports an empty section ("local-hostpath:" or
+// "nodeTopology: {}") as a key of its own, and it is not unknown.
 func knownKeys(t reflect.Type, prefix string) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	for i := 0; i < t.NumField(); i++ {
@@ -219,15 +226,39 @@ func knownKeys(t reflect.Type, prefix string) map[string]reflect.Type {
 			continue
 		}
 		key := prefix + tag
+		out[key] = f.Type
 		if f.Type.Kind() == reflect.Struct {
 			for k, v := range knownKeys(f.Type, key+".") {
 				out[k] = v
 			}
-			continue
 		}
-		out[key] = f.Type
 	}
 	return out
+}
+
+// checkWholeNumbers refuses a fraction for an integer key: the decoder
+// would silently truncate it, and "cacheTimeoutMinutes: 0.5" would turn the
+// cache off.
+func checkWholeNumbers(k *koanf.Koanf, known map[string]reflect.Type) error {
+	var errs []error
+	for _, key := range k.Keys() {
+		t, ok := known[key]
+		if !ok || !isInt(t.Kind()) {
+			continue
+		}
+		if f, ok := k.Get(key).(float64); ok && f != math.Trunc(f) {
+			errs = append(errs, fmt.Errorf("%s: %v is not a whole number", key, f))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isInt(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return true
+	}
+	return false
 }
 
 // underLeaf reports whether key sits inside a map-typed leaf (whose own keys
@@ -287,7 +318,24 @@ func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) e
 		if !ok {
 			return fmt.Errorf("env %s does not name a scalar config key", name)
 		}
-		if err := k.Set(key, value); err != nil {
+		// Convert here, so a bad value is reported against the variable
+		// that carried it rather than as if the file had said it.
+		var v any = value
+		switch kind := known[key].Kind(); {
+		case isInt(kind):
+			n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			if err != nil {
+				return fmt.Errorf("env %s: %s: %q is not an integer", name, key, value)
+			}
+			v = n
+		case kind == reflect.Bool:
+			b, err := strconv.ParseBool(strings.TrimSpace(value))
+			if err != nil {
+				return fmt.Errorf("env %s: %s: %q is not true or false", name, key, value)
+			}
+			v = b
+		}
+		if err := k.Set(key, v); err != nil {
 			return fmt.Errorf("env %s: %w", name, err)
 		}
 	}

@@ -238,12 +238,19 @@ func TestHungUpstream(t *testing.T) {
 		_, err := p.Node.NodePublishVolume(ctx, publishReq("v:"+conn+"/vol-1"))
 		return err
 	}
+	controllerPublish := func(ctx context.Context, p *testProxy, conn string) error {
+		_, err := p.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+			VolumeId: "v:" + conn + "/vol-1", NodeId: "node-1", VolumeCapability: mountCap()})
+		return err
+	}
 	tests := []struct {
 		name string
 		all  bool   // hang on every method
 		wait string // the method in flight when the other connection is called
 		call func(ctx context.Context, p *testProxy, conn string) error
 	}{
+		{name: "ControllerPublishVolume hangs", wait: "ControllerPublishVolume", call: controllerPublish},
+		{name: "capabilities hang for ControllerPublishVolume", all: true, wait: "ControllerGetCapabilities", call: controllerPublish},
 		{name: "DeleteVolume hangs", wait: "DeleteVolume", call: deleteVolume},
 		{name: "GetCapacity hangs", wait: "GetCapacity", call: getCapacity},
 		{name: "NodePublishVolume hangs", wait: "NodePublishVolume", call: nodePublish},
@@ -253,15 +260,16 @@ func TestHungUpstream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var opts []fakeOption
+			caps := withControllerCaps(append(allControllerCaps, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)...)
+			opts := []fakeOption{caps}
 			if tt.all {
 				opts = append(opts, withDelayAll(time.Hour))
 			}
-			hung, fast := newFakeUpstream(t, opts...), newFakeUpstream(t)
+			hung, fast := newFakeUpstream(t, opts...), newFakeUpstream(t, caps)
 			if !tt.all {
 				hung.setDelay(tt.wait, time.Hour)
 			}
-			p := startProxy(t)
+			p := startProxy(t, withControllerPublish)
 			p.add(t, "hung", conn{Endpoint: hung.Endpoint, Timeout: "200ms"})
 			p.add(t, "fast", conn{Endpoint: fast.Endpoint})
 			ctx := callCtx(t)
@@ -287,6 +295,21 @@ func TestHungUpstream(t *testing.T) {
 				t.Errorf("hung call took %v; csi.timeout is 200ms", r.elapsed)
 			}
 		})
+	}
+}
+
+// TestHungUpstreamListing: a listing over a hung upstream ends after
+// csi.timeout, naming the connection, instead of at the CO's deadline.
+func TestHungUpstreamListing(t *testing.T) {
+	hung := newFakeUpstream(t, withDelayAll(time.Hour),
+		withControllerCaps(append(allControllerCaps, csi.ControllerServiceCapability_RPC_LIST_VOLUMES)...))
+	p := startProxy(t)
+	p.add(t, "hung", conn{Endpoint: hung.Endpoint, Timeout: "200ms"})
+	start := time.Now()
+	_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	wantCode(t, err, codes.DeadlineExceeded, `connection "hung"`, hung.Endpoint)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("listing took %v; csi.timeout is 200ms", d)
 	}
 }
 

@@ -344,6 +344,14 @@ func (f *fakeUpstream) GetCapacity(context.Context, *csi.GetCapacityRequest) (*c
 	return &csi.GetCapacityResponse{AvailableCapacity: 42}, nil
 }
 
+func (f *fakeUpstream) ControllerPublishVolume(context.Context, *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"lun": "3"}}, nil
+}
+
+func (f *fakeUpstream) ListVolumes(context.Context, *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	return &csi.ListVolumesResponse{}, nil
+}
+
 func (f *fakeUpstream) NodeStageVolume(context.Context, *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	return &csi.NodeStageVolumeResponse{}, nil
 }

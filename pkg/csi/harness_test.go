@@ -191,6 +191,15 @@ func withDefault(name string) func(*pcsi.Options) {
 	return func(o *pcsi.Options) { o.DefaultConnection = name }
 }
 
+// withControllerPublish turns on proxy.controllerPublish.
+func withControllerPublish(o *pcsi.Options) {
+	caps, err := pcsi.ResolveCapabilities(nil, nil, true)
+	if err != nil {
+		panic(err)
+	}
+	o.Capabilities = caps
+}
+
 // callCtx bounds a test's calls so a regression hangs for seconds, not
 // until the test binary's timeout.
 func callCtx(t *testing.T) context.Context {

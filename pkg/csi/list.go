@@ -94,9 +94,9 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 		if name < startConn {
 			continue // listed on an earlier page; kept in seen for de-duplication
 		}
-		ok, err := c.Controller.HasController(ctx, capability)
+		ok, err := controllerHas(ctx, c, capability)
 		if err != nil {
-			return nil, "", upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+			return nil, "", err
 		}
 		if !ok {
 			continue

@@ -35,9 +35,9 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, err
 	}
-	ok, err := c.Controller.HasController(ctx, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
+	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
 	if err != nil {
-		return nil, upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+		return nil, err
 	}
 	if !ok {
 		return &csi.ControllerPublishVolumeResponse{}, nil
@@ -64,9 +64,9 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 			return nil, err
 		}
 	}
-	has, err := c.Controller.HasController(ctx, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
+	has, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
 	if err != nil {
-		return nil, upstreamError(c, c.Controller, "ControllerGetCapabilities", err)
+		return nil, err
 	}
 	if !has {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil

@@ -114,6 +114,14 @@ func ParseConnection(file string, data []byte, topo accessible.Options) (*Connec
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("file %s: %w", file, err)
 	}
+	// A second document would be silently ignored, and whatever it says
+	// (another driver, a topology list) with it.
+	var next yaml.Node
+	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("file %s: %w", file, err)
+	} else if err == nil && !emptyDocument(&next) {
+		return nil, nil, fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
+	}
 	var raw map[string]any
 	_ = yaml.Unmarshal(data, &raw)
 	warnings := unknownConnectionKeys(file, raw)
@@ -196,42 +204,83 @@ func ValidateEndpoint(ep string) error {
 	return nil
 }
 
+// connectionKeys lists the keys allowed under each path; "[]" stands for
+// any list item. Paths not listed (parameters, secrets, requirements, extra)
+// have free-form keys.
 var connectionKeys = map[string][]string{
-	"":                {"driver", "csi", "local-hostpath", "proxy"},
-	"csi":             {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
-	"local-hostpath":  {"shareBasePath", "stage", "controllerPublish"},
-	"proxy":           {"perDriver"},
-	"proxy.perDriver": {"topology", "nodeId"},
+	"":                           {"driver", "csi", "local-hostpath", "proxy"},
+	"csi":                        {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
+	"local-hostpath":             {"shareBasePath", "stage", "controllerPublish"},
+	"proxy":                      {"perDriver"},
+	"proxy.perDriver":            {"topology", "nodeId"},
+	"proxy.perDriver.topology[]": {"requirements", "extra"},
+	"proxy.perDriver.nodeId":     {"template"},
 }
 
+// unknownConnectionKeys names every key yaml.v3 would silently ignore, with
+// its full path (proxy.perDriver.topology[1].extras).
 func unknownConnectionKeys(file string, raw map[string]any) []string {
 	var out []string
-	var walk func(prefix string, m map[string]any)
-	walk = func(prefix string, m map[string]any) {
-		allowed := connectionKeys[prefix]
+	// schema is the path in connectionKeys, path the one shown to the user.
+	var walk func(schema, path string, v any)
+	walk = func(schema, path string, v any) {
+		if list, ok := v.([]any); ok {
+			if _, nested := connectionKeys[schema+"[]"]; nested {
+				for i, item := range list {
+					walk(schema+"[]", fmt.Sprintf("%s[%d]", path, i), item)
+				}
+			}
+			return
+		}
+		allowed, nested := connectionKeys[schema]
+		m, ok := stringMap(v)
+		if !nested || !ok {
+			return
+		}
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			path := k
-			if prefix != "" {
-				path = prefix + "." + k
+			sub, subPath := k, k
+			if path != "" {
+				sub, subPath = schema+"."+k, path+"."+k
 			}
 			if !contains(allowed, k) {
-				out = append(out, fmt.Sprintf("file %s: unknown key %s (ignored)", file, path))
+				out = append(out, fmt.Sprintf("file %s: unknown key %s (ignored)", file, subPath))
 				continue
 			}
-			if sub, ok := m[k].(map[string]any); ok {
-				if _, nested := connectionKeys[path]; nested {
-					walk(path, sub)
-				}
-			}
+			walk(sub, subPath, m[k])
 		}
 	}
-	walk("", raw)
+	walk("", "", raw)
 	return out
+}
+
+// stringMap returns a decoded YAML mapping with its keys as strings; yaml.v3
+// decodes a nested mapping with a non-string key (1: x) as map[any]any.
+func stringMap(v any) (map[string]any, bool) {
+	switch m := v.(type) {
+	case map[string]any:
+		return m, true
+	case map[any]any:
+		out := make(map[string]any, len(m))
+		for k, x := range m {
+			out[fmt.Sprint(k)] = x
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// emptyDocument reports whether n, decoded from a document after the first,
+// holds nothing: a trailing "---" or only comments.
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	return n.Kind == 0 || n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
 
 func contains(list []string, s string) bool {

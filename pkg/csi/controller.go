@@ -45,7 +45,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	// Never mutate the inbound request: edit a clone.
 	out := proto.Clone(req).(*csi.CreateVolumeRequest)
-	out.Parameters = merge(c.Config.CSI.Parameters, req.GetParameters())
+	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	out.AccessibilityRequirements = nil
 	if src := req.GetVolumeContentSource(); src != nil {
@@ -184,7 +184,7 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	}
 	out := proto.Clone(req).(*csi.ValidateVolumeCapabilitiesRequest)
 	out.VolumeId = id.Handle
-	out.Parameters = merge(c.Config.CSI.Parameters, req.GetParameters())
+	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	resp, err := forward(ctx, c, c.Controller, "ValidateVolumeCapabilities", out, c.Controller.Controller.ValidateVolumeCapabilities)
 	if err != nil {
@@ -255,7 +255,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	out := proto.Clone(req).(*csi.CreateSnapshotRequest)
 	out.SourceVolumeId = src.Handle
-	out.Parameters = merge(nil, req.GetParameters())
+	out.Parameters = mergeParameters(nil, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	resp, err := forward(ctx, c, c.Controller, "CreateSnapshot", out, c.Controller.Controller.CreateSnapshot)
 	if err != nil {
@@ -312,7 +312,7 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 		return &csi.GetCapacityResponse{AvailableCapacity: math.MaxInt64}, nil
 	}
 	out := proto.Clone(req).(*csi.GetCapacityRequest)
-	out.Parameters = merge(c.Config.CSI.Parameters, req.GetParameters())
+	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.AccessibleTopology = nil
 	return forward(ctx, c, c.Controller, "GetCapacity", out, c.Controller.Controller.GetCapacity)
 }

@@ -372,3 +372,32 @@ func TestCreateVolumeWithoutCapability(t *testing.T) {
 		t.Errorf("upstream received %v, want nothing", got)
 	}
 }
+
+// TestSecretNamedConnection: only the connection *parameter* is the
+// proxy's; a secret of that name belongs to the upstream.
+func TestSecretNamedConnection(t *testing.T) {
+	f := newFakeUpstream(t)
+	p := startProxy(t)
+	p.add(t, "a", conn{Endpoint: f.Endpoint, Secrets: map[string]string{"connection": "s3cr3t-dsn-default"}})
+	ctx := callCtx(t)
+	req := createReq("pvc-1", map[string]string{"connection": "a"})
+	req.Secrets = map[string]string{"connection": "s3cr3t-dsn"}
+	if _, err := p.Controller.CreateVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	up := only[*csi.CreateVolumeRequest](t, f, "CreateVolume")
+	if d := diff(map[string]string{"connection": "s3cr3t-dsn"}, up.GetSecrets()); d != "" {
+		t.Errorf("CreateVolume secrets (-want +got):\n%s", d)
+	}
+	if up.GetParameters() != nil {
+		t.Errorf("CreateVolume parameters = %v, want none", up.GetParameters())
+	}
+	if _, err := p.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId: "v:a/vol-1", TargetPath: "/t", VolumeCapability: mountCap()}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(map[string]string{"connection": "s3cr3t-dsn-default"},
+		only[*csi.NodePublishVolumeRequest](t, f, "NodePublishVolume").GetSecrets()); d != "" {
+		t.Errorf("NodePublishVolume secrets (-want +got):\n%s", d)
+	}
+}

@@ -253,8 +253,9 @@ func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceC
 	return ok, nil
 }
 
-// merge returns defaults overlaid by values (values win), without the
-// connection parameter. It never mutates either map.
+// merge returns defaults overlaid by values (values win). It never mutates
+// either map. Secrets are merged with it as they are: a secret may well be
+// called "connection".
 func merge(defaults, values map[string]string) map[string]string {
 	if len(defaults) == 0 && len(values) == 0 {
 		return nil
@@ -266,6 +267,16 @@ func merge(defaults, values map[string]string) map[string]string {
 	for k, v := range values {
 		out[k] = v
 	}
+	return out
+}
+
+// mergeParameters is merge without the connection parameter, which is the
+// proxy's and never reaches an upstream.
+func mergeParameters(defaults, values map[string]string) map[string]string {
+	out := merge(defaults, values)
 	delete(out, ConnectionParameter)
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }

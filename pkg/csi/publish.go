@@ -99,7 +99,7 @@ func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	}
 	out := proto.Clone(req).(*csi.ControllerModifyVolumeRequest)
 	out.VolumeId = id.Handle
-	out.MutableParameters = merge(nil, req.GetMutableParameters())
+	out.MutableParameters = mergeParameters(nil, req.GetMutableParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerModifyVolume", out, c.Controller.Controller.ControllerModifyVolume)
 }

@@ -343,3 +343,70 @@ func TestBrokenConnectionFile(t *testing.T) {
 		t.Fatalf("other connection: %v", err)
 	}
 }
+
+// TestControllerGetVolumeDecoration: the volume comes back under the
+// proxy's IDs and the connection's topology, whatever the upstream said.
+func TestControllerGetVolumeDecoration(t *testing.T) {
+	upstreamVol := &csi.Volume{
+		VolumeId: "vol-1", CapacityBytes: 10, AccessibleTopology: upstreamTopology,
+		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "snap-0"}}},
+	}
+	tests := []struct {
+		name    string
+		entries []accessible.Entry
+		want    *csi.Volume
+	}{
+		{
+			name: "no topology list: reachable everywhere",
+			want: &csi.Volume{VolumeId: "v:a/vol-1", CapacityBytes: 10,
+				ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+					Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s:a/snap-0"}}}},
+		},
+		{
+			name: "topology list",
+			entries: []accessible.Entry{
+				{Requirements: map[string]string{"zone": "z1"}},
+				{Requirements: map[string]string{"zone": "z2"}, Extra: map[string]string{"example.com/tier": "fast"}},
+			},
+			want: &csi.Volume{VolumeId: "v:a/vol-1", CapacityBytes: 10,
+				AccessibleTopology: []*csi.Topology{topo(testPrefix+"/zone", "z1"), topo(testPrefix+"/zone", "z2", "example.com/tier", "fast")},
+				ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+					Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s:a/snap-0"}}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeUpstream(t)
+			f.setResponse("ControllerGetVolume", &csi.ControllerGetVolumeResponse{Volume: upstreamVol})
+			p := startProxy(t)
+			p.add(t, "a", conn{Endpoint: f.Endpoint, Topology: tt.entries})
+			resp, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:a/vol-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diff(tt.want, resp.GetVolume()); d != "" {
+				t.Errorf("volume (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestValidateVolumeCapabilitiesUnconfirmed: an upstream's refusal reaches
+// the CO as it is.
+func TestValidateVolumeCapabilitiesUnconfirmed(t *testing.T) {
+	f := newFakeUpstream(t)
+	want := &csi.ValidateVolumeCapabilitiesResponse{Message: "block access is not supported"}
+	f.setResponse("ValidateVolumeCapabilities", want)
+	p := startProxy(t)
+	p.add(t, "a", conn{Endpoint: f.Endpoint})
+	resp, err := p.Controller.ValidateVolumeCapabilities(callCtx(t), &csi.ValidateVolumeCapabilitiesRequest{
+		VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		Parameters: map[string]string{"connection": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(want, resp); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}

@@ -1,6 +1,6 @@
 // Command proxy-topology is a CSI driver that routes many StorageClasses to
 // connections (external CSI drivers or the built-in local-hostpath) and adds
-// topology. Subcommands: serve (default), topology, version.
+// topology. Subcommands: serve (default), topology, check, csi, version.
 package main
 
 import (
@@ -41,6 +41,10 @@ func run(args []string) int {
 		return serve(args)
 	case "topology":
 		return topologyCmd(args, os.Stdout, os.Stderr)
+	case "check":
+		return checkCmd(args, os.Stdout, os.Stderr)
+	case "csi":
+		return csiCmd(args, os.Stdout, os.Stderr)
 	case "version":
 		fmt.Println(buildVersion())
 		return 0
@@ -60,6 +64,8 @@ func usage() {
 commands:
   serve     serve the CSI driver (default); serve -h lists flags
   topology  dry-run node topology rules and CreateVolume accessibility
+  check     validate the main config and every connection file
+  csi       call the CSI socket: info, create-volume, list-volumes, … (csi -h)
   version   print the version
 `)
 }

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+)
+
+// checkResult is the verdict on one file: errors make it fail, warnings
+// are printed but pass.
+type checkResult struct {
+	path             string
+	errors, warnings []string
+}
+
+func (r checkResult) line() string {
+	switch {
+	case len(r.errors) > 0 && len(r.warnings) > 0:
+		return r.path + ": error: " + strings.Join(r.errors, "; ") + "; warning: " + strings.Join(r.warnings, "; ")
+	case len(r.errors) > 0:
+		return r.path + ": error: " + strings.Join(r.errors, "; ")
+	case len(r.warnings) > 0:
+		return r.path + ": warning: " + strings.Join(r.warnings, "; ")
+	}
+	return r.path + ": ok"
+}
+
+// checkCmd validates the main config and every connection file the proxy
+// would read, without starting anything, so it can gate a GitOps change in
+// CI or run as an init container. Exit codes: 0 no errors (warnings
+// allowed), 1 any error, 2 bad flags.
+func checkCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfgPath, folder, endpoint string
+	fs.StringVar(&cfgPath, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG)")
+	fs.StringVar(&folder, "connections-folder", "", "check the connection files here instead of proxy.configFolder (e.g. a GitOps checkout)")
+	fs.StringVar(&endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "the proxy's own socket; a connection pointing at it is flagged (env CSI_ENDPOINT)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: proxy-topology check --config PATH [--connections-folder DIR]\n\nValidates the main config and every connection file; prints one line per file\n(ok, warning: …, error: …) and exits 1 if any file has an error.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "proxy-topology check: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if cfgPath == "" {
+		fmt.Fprintln(stderr, "proxy-topology check: --config is required")
+		return 2
+	}
+
+	results, cfg := checkMain(cfgPath)
+	if cfg != nil && cfg.Driver == config.DriverProxy {
+		if folder == "" {
+			folder = cfg.Proxy.ConfigFolder
+		}
+		results = append(results, checkFolder(folder, cfg, endpoint, &results[0])...)
+	}
+
+	var ok, warned, failed int
+	for _, r := range results {
+		fmt.Fprintln(stdout, r.line())
+		switch {
+		case len(r.errors) > 0:
+			failed++
+		case len(r.warnings) > 0:
+			warned++
+		default:
+			ok++
+		}
+	}
+	fmt.Fprintf(stdout, "checked %d %s: %d ok, %d with warnings, %d with errors\n", len(results), plural(len(results), "file", "files"), ok, warned, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// checkMain loads the main config; cfg is nil when it does not load.
+func checkMain(path string) ([]checkResult, *config.Loaded) {
+	r := checkResult{path: path}
+	cfg, err := config.LoadMainFile(path)
+	if err != nil {
+		r.errors = flatten(err.Error(), "config "+path+": ")
+		return []checkResult{r}, nil
+	}
+	for _, w := range cfg.Warnings {
+		r.warnings = append(r.warnings, flatten(w, "config "+path+": ")...)
+	}
+	return []checkResult{r}, cfg
+}
+
+// checkFolder checks every file the proxy would read from folder, in
+// connection-name order. Findings about the main config (a default
+// connection without a file) are added to mainResult.
+func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResult *checkResult) []checkResult {
+	des, err := os.ReadDir(folder)
+	if err != nil {
+		return []checkResult{{path: folder, errors: []string{"cannot read the connection folder: " + unwrapPath(err)}}}
+	}
+	type file struct{ name, path string }
+	var files []file
+	var out []checkResult
+	for _, de := range des {
+		n := de.Name()
+		// Kubernetes mounts a Secret as ..data and ..<timestamp>
+		// directories plus symlinks; only the symlinks are files.
+		if strings.HasPrefix(n, ".") || de.IsDir() {
+			continue
+		}
+		p := filepath.Join(folder, n)
+		switch filepath.Ext(n) {
+		case ".yaml":
+			name := strings.TrimSuffix(n, ".yaml")
+			if err := ids.ValidateConnectionName(name); err != nil {
+				out = append(out, checkResult{path: p, warnings: []string{fmt.Sprintf("ignored by the proxy: %v", err)}})
+				continue
+			}
+			files = append(files, file{name, p})
+		case ".yml":
+			out = append(out, checkResult{path: p, warnings: []string{fmt.Sprintf("ignored by the proxy, which reads only <connection>.yaml; rename it to %s.yaml", strings.TrimSuffix(n, ".yml"))}})
+		}
+	}
+	// Connection-name order, as the proxy lists them ("a-b" < "a").
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	if len(files) == 0 {
+		out = append([]checkResult{{path: folder, warnings: []string{"no connection files: every call that names a connection will fail"}}}, out...)
+	}
+	if d := cfg.Proxy.DefaultConnection; d != "" && !slices.ContainsFunc(files, func(f file) bool { return f.name == d }) {
+		mainResult.warnings = append(mainResult.warnings, fmt.Sprintf("proxy.defaultConnection %q has no file %s.yaml in %s", d, d, folder))
+	}
+	produced := producibleKeys(cfg.Topology)
+	var checked []checkResult
+	for _, f := range files {
+		checked = append(checked, checkConnection(f.path, cfg.Topology, produced, ownEndpoint))
+	}
+	return append(checked, out...)
+}
+
+// producibleKeys are the full keys some node can report: the base segment
+// of the type and every rule's key. Whether a rule matches on a given node
+// is unknowable here; a key no rule names can never be reported.
+func producibleKeys(ev *nodetopology.Evaluator) map[string]bool {
+	keys := map[string]bool{}
+	switch ev.Type() {
+	case nodetopology.TypeCluster:
+		keys[nodetopology.FullKey(ev.Prefix(), "cluster")] = true
+	case nodetopology.TypeNode:
+		keys[nodetopology.FullKey(ev.Prefix(), "node")] = true
+	}
+	for _, r := range ev.Rules() {
+		keys[nodetopology.FullKey(ev.Prefix(), r.TopologyKey)] = true
+	}
+	return keys
+}
+
+func checkConnection(path string, ev *nodetopology.Evaluator, produced map[string]bool, ownEndpoint string) checkResult {
+	r := checkResult{path: path}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		r.errors = []string{unwrapPath(err)}
+		return r
+	}
+	c, warnings, err := config.ParseConnection(path, data, accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()})
+	for _, w := range warnings {
+		r.warnings = append(r.warnings, flatten(w, "file "+path+": ")...)
+	}
+	if err != nil {
+		r.errors = flatten(err.Error(), "file "+path+": ")
+		return r
+	}
+	if c.Driver == config.DriverCSI {
+		for _, ep := range []struct{ key, value string }{{"csi.endpoint", c.CSI.Endpoint}, {"csi.nodeEndpoint", c.CSI.NodeEndpoint}} {
+			if ep.value != "" && sameSocket(ep.value, ownEndpoint) {
+				r.warnings = append(r.warnings, fmt.Sprintf("%s %s is the proxy's own socket: calls would loop back into the proxy", ep.key, ep.value))
+			}
+		}
+	}
+	seenExtra := map[string]bool{}
+	for i, e := range c.Proxy.PerDriver.Topology {
+		for _, k := range slices.Sorted(maps.Keys(e.Requirements)) {
+			full := nodetopology.FullKey(ev.Prefix(), k)
+			if !produced[full] {
+				r.warnings = append(r.warnings, fmt.Sprintf(
+					"proxy.perDriver.topology[%d].requirements[%q]: no node reports %s (no fromRegexp rule has that key, nor does type %s): only nodes labelled by other means can use the volumes",
+					i, k, full, ev.Type()))
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(e.Extra)) {
+			label := k + "=" + e.Extra[k]
+			if seenExtra[label] {
+				continue
+			}
+			seenExtra[label] = true
+			how := "the proxy does not report it, so it must be set on the nodes by other means"
+			if produced[k] {
+				how = "a fromRegexp rule reports this key; nodes where it yields another value cannot use the volumes"
+			}
+			r.warnings = append(r.warnings, fmt.Sprintf("proxy.perDriver.topology[%d].extra: volumes are usable only on nodes labelled %s; %s", i, label, how))
+		}
+	}
+	return r
+}
+
+// sameSocket reports whether two endpoints name the same unix socket.
+func sameSocket(a, b string) bool {
+	path := func(ep string) string {
+		if p, ok := strings.CutPrefix(ep, "unix://"); ok {
+			return filepath.Clean(p)
+		}
+		if p, ok := strings.CutPrefix(ep, "unix:"); ok {
+			return filepath.Clean(p)
+		}
+		return ""
+	}
+	pa := path(a)
+	return pa != "" && pa == path(b)
+}
+
+// flatten turns a (possibly errors.Join-ed, possibly multi-line) message
+// into one-line parts without the leading "file X: " that every line of the
+// output already shows. A line ending in ':' heads the lines after it.
+func flatten(msg, prefix string) []string {
+	var parts []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, prefix))
+		if l == "" {
+			continue
+		}
+		if n := len(parts); n > 0 && strings.HasSuffix(parts[n-1], ":") {
+			parts[n-1] += " " + l
+			continue
+		}
+		parts = append(parts, l)
+	}
+	return parts
+}
+
+// unwrapPath drops the path from an *os.PathError: the line already starts
+// with it.
+func unwrapPath(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}

@@ -201,16 +201,19 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if srcSize > capacity {
-		// CSI: a volume made from a source must hold all of it.
+	if !src.empty() {
+		// CSI: a volume made from a source must hold all of it. Without a
+		// requested size it gets exactly the source's size, the least
+		// surprising default for a copy.
 		lim := req.GetCapacityRange().GetLimitBytes()
 		switch {
-		case explicit:
+		case explicit && capacity < srcSize:
 			return nil, outOfRange("capacity_range.required_bytes %d is smaller than the %d bytes of source %s", capacity, srcSize, src)
 		case lim > 0 && srcSize > lim:
 			return nil, outOfRange("capacity_range.limit_bytes %d is smaller than the %d bytes of source %s", lim, srcSize, src)
+		case !explicit:
+			capacity = srcSize
 		}
-		capacity = srcSize
 	}
 
 	rec := &volumeRecord{
@@ -347,7 +350,7 @@ func (d *Driver) dispose(kind, id, dataPath string, removeRecord func() error) e
 }
 
 func (d *Driver) removeWork(work string) {
-	if err := os.RemoveAll(work); err != nil {
+	if err := removeTree(work); err != nil {
 		d.log.Warn("cannot remove work directory; the next start will retry", "path", work, "error", err)
 	}
 }

@@ -182,7 +182,7 @@ func (s *store) removeIfUnlocked(lockPath, work string) {
 		}
 	}
 	if work != "" {
-		if err := os.RemoveAll(work); err != nil {
+		if err := removeTree(work); err != nil {
 			s.log.Warn("cannot remove stale work directory", "path", work, "error", err)
 			return
 		}
@@ -195,7 +195,7 @@ func (s *store) close() error {
 	if s.lock == nil {
 		return nil
 	}
-	err := os.RemoveAll(s.work)
+	err := removeTree(s.work)
 	os.Remove(s.lockPath)
 	s.lock.Close()
 	s.lock = nil
@@ -400,6 +400,22 @@ func removeFile(path string) error {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// removeTree is os.RemoveAll that also removes what a pod made read-only: a
+// directory without write permission cannot have its entries removed, which
+// only root gets away with. Symlinks are not followed (WalkDir lstat's).
+func removeTree(path string) error {
+	if err := os.RemoveAll(path); err == nil {
+		return nil
+	}
+	filepath.WalkDir(path, func(p string, de fs.DirEntry, err error) error {
+		if de != nil && de.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
 }
 
 func syncDir(dir string) error {

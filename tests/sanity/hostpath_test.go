@@ -65,12 +65,12 @@ func TestSanityLocalHostpathPublish(t *testing.T) {
 // runSanity it only returns a config (nothing would use the server).
 func hostpathConfig(t *testing.T, opts hostpath.Options) sanity.TestConfig {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("local-hostpath sanity needs root: the driver bind-mounts volumes")
+	}
 	cfg := sanity.NewTestConfig()
 	if os.Getenv(childTargetEnv) == "" {
 		return cfg
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("local-hostpath sanity needs root: the driver bind-mounts volumes")
 	}
 	dir := t.TempDir()
 	t.Cleanup(func() { unmountBelow(t, dir) }) // runs after the server stops

@@ -1,0 +1,159 @@
+package hostpath
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const testNode = "node-1"
+
+// newTestDriver returns a Driver on a fresh BasePath in t.TempDir(). Fields
+// of opts that the tests do not care about get defaults.
+func newTestDriver(t *testing.T, opts Options) *Driver {
+	t.Helper()
+	if opts.DriverName == "" {
+		opts.DriverName = "hostpath.test.proxy-topology"
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = testNode
+	}
+	if opts.BasePath == "" {
+		opts.BasePath = filepath.Join(t.TempDir(), "base")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	d, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		// Volumes may hold read-only directories (as pods make them), which
+		// t.TempDir's cleanup cannot remove without root.
+		removeTree(opts.BasePath)
+	})
+	return d
+}
+
+// requireRoot skips tests that mount: bind mounts need CAP_SYS_ADMIN.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test makes real bind mounts")
+	}
+}
+
+// mountDir returns a temp dir for targets and staging paths and makes sure
+// nothing stays mounted below it when the test ends, pass or fail.
+func mountDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		mounts, err := readMountInfo()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		below := mountsBelow(mounts, dir)
+		for i := len(below) - 1; i >= 0; i-- {
+			t.Errorf("test left %s mounted", below[i])
+			if err := unix.Unmount(below[i], unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", below[i], err)
+			}
+		}
+	})
+	return dir
+}
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+var rwo = mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+
+func createReq(name string, required int64) *csi.CreateVolumeRequest {
+	req := &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{rwo}}
+	if required > 0 {
+		req.CapacityRange = &csi.CapacityRange{RequiredBytes: required}
+	}
+	return req
+}
+
+// mustCreate creates a volume and returns its ID.
+func mustCreate(t *testing.T, d *Driver, req *csi.CreateVolumeRequest) string {
+	t.Helper()
+	resp, err := d.CreateVolume(context.Background(), req)
+	if err != nil {
+		t.Fatalf("CreateVolume(%q): %v", req.GetName(), err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+func mustSnapshot(t *testing.T, d *Driver, name, volumeID string) string {
+	t.Helper()
+	resp, err := d.CreateSnapshot(context.Background(), &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: volumeID})
+	if err != nil {
+		t.Fatalf("CreateSnapshot(%q): %v", name, err)
+	}
+	return resp.GetSnapshot().GetSnapshotId()
+}
+
+// wantCode fails unless err is a status with code want whose message
+// contains every fragment.
+func wantCode(t *testing.T, err error, want codes.Code, fragments ...string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok {
+		t.Fatalf("error %v is not a gRPC status", err)
+	}
+	if st.Code() != want {
+		t.Fatalf("code = %s (%q), want %s", st.Code(), st.Message(), want)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(st.Message(), f) {
+			t.Errorf("message %q does not mention %q", st.Message(), f)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, content string, perm os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,133 @@
+package hostpath
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+func ctrlPublish(d *Driver, id, node string, vc *csi.VolumeCapability, readonly bool) (*csi.ControllerPublishVolumeResponse, error) {
+	return d.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{
+		VolumeId: id, NodeId: node, VolumeCapability: vc, Readonly: readonly,
+	})
+}
+
+func TestControllerPublish(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDriver(t, Options{ControllerPublish: true, MaxVolumesPerNode: 2})
+	a := mustCreate(t, d, createReq("a", 0))
+	b := mustCreate(t, d, createReq("b", 0))
+	c := mustCreate(t, d, createReq("c", 0))
+	ro := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
+
+	tests := []struct {
+		name string
+		id   string
+		node string
+		vc   *csi.VolumeCapability
+		ro   bool
+		code codes.Code
+		want map[string]string
+		msg  string
+	}{
+		{"publish a to n1", a, "n1", rwo, false, codes.OK, map[string]string{"attachedTo": "n1"}, ""},
+		{"again", a, "n1", rwo, false, codes.OK, map[string]string{"attachedTo": "n1"}, ""},
+		{"readonly differs", a, "n1", rwo, true, codes.AlreadyExists, nil, "readonly=false"},
+		{"access mode differs", a, "n1", ro, false, codes.AlreadyExists, nil, "SINGLE_NODE_WRITER"},
+		{"to a second node", a, "n2", rwo, false, codes.FailedPrecondition, nil, `published to node "n1"`},
+		{"b readonly to n1", b, "n1", rwo, true, codes.OK, map[string]string{"attachedTo": "n1", "readonly": "true"}, ""},
+		{"c over the limit of n1", c, "n1", rwo, false, codes.ResourceExhausted, nil, `node "n1" already has 2`},
+		{"c to n2", c, "n2", rwo, false, codes.OK, map[string]string{"attachedTo": "n2"}, ""},
+		{"any node id string", c, "n2", rwo, false, codes.OK, map[string]string{"attachedTo": "n2"}, ""},
+		{"unknown volume", volumeIDFor("nope"), "n1", rwo, false, codes.NotFound, nil, "not found"},
+		{"foreign volume id", "../../etc", "n1", rwo, false, codes.NotFound, nil, "not a local-hostpath volume id"},
+		{"no volume id", "", "n1", rwo, false, codes.InvalidArgument, nil, "volume_id"},
+		{"no node id", a, "", rwo, false, codes.InvalidArgument, nil, "node_id"},
+		{"no capability", a, "n1", nil, false, codes.InvalidArgument, nil, "volume_capability"},
+		{"block", a, "n1", blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), false, codes.InvalidArgument, nil, "block"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := ctrlPublish(d, tc.id, tc.node, tc.vc, tc.ro)
+			if tc.code != codes.OK {
+				wantCode(t, err, tc.code, tc.msg)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(&csi.ControllerPublishVolumeResponse{PublishContext: tc.want}, resp, protocmp.Transform()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	// Published nodes show up in ListVolumes and ControllerGetVolume.
+	list, err := d.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := map[string][]string{}
+	for _, e := range list.Entries {
+		if e.Status == nil {
+			t.Errorf("entry %s has no status (required with LIST_VOLUMES_PUBLISHED_NODES)", e.Volume.VolumeId)
+		}
+		published[e.Volume.VolumeId] = e.GetStatus().GetPublishedNodeIds()
+	}
+	if diff := cmp.Diff(map[string][]string{a: {"n1"}, b: {"n1"}, c: {"n2"}}, published); diff != "" {
+		t.Errorf("published nodes (-want +got):\n%s", diff)
+	}
+
+	// Attached volumes cannot be deleted; unpublish frees them.
+	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: a})
+	wantCode(t, err, codes.FailedPrecondition, "still published to node(s) n1")
+	for range 2 {
+		if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a, NodeId: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ctrlPublish(d, a, "n2", rwo, false); err != nil {
+		t.Errorf("publish to n2 after unpublish from n1: %v", err)
+	}
+	// No node id: unpublish from every node.
+	if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: a})
+	if err != nil || len(got.GetStatus().GetPublishedNodeIds()) != 0 {
+		t.Errorf("after unpublish all: %v, %v", got, err)
+	}
+	if _, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: a}); err != nil {
+		t.Errorf("DeleteVolume after unpublish: %v", err)
+	}
+	// Unknown volumes and nodes are already unpublished.
+	for _, req := range []*csi.ControllerUnpublishVolumeRequest{
+		{VolumeId: volumeIDFor("nope"), NodeId: "n1"},
+		{VolumeId: "foreign", NodeId: "n1"},
+		{VolumeId: b, NodeId: "never-seen"},
+	} {
+		if _, err := d.ControllerUnpublishVolume(ctx, req); err != nil {
+			t.Errorf("ControllerUnpublishVolume(%v): %v", req, err)
+		}
+	}
+	_, err = d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{NodeId: "n1"})
+	wantCode(t, err, codes.InvalidArgument, "volume_id")
+}
+
+func TestControllerPublishDisabled(t *testing.T) {
+	d := newTestDriver(t, Options{})
+	id := mustCreate(t, d, createReq("a", 0))
+	_, err := ctrlPublish(d, id, "n1", rwo, false)
+	wantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
+	_, err = d.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "n1"})
+	wantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
+	// Without the capability, list entries carry no status.
+	list, err := d.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
+	if err != nil || len(list.Entries) != 1 || list.Entries[0].Status != nil {
+		t.Errorf("ListVolumes = %v, %v", list, err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -101,7 +102,12 @@ func plural(n int, one, many string) string {
 func checkMain(path string) ([]checkResult, *config.Loaded) {
 	r := checkResult{path: path}
 	cfg, err := config.LoadMainFile(path)
-	if err != nil {
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe):
+		r.errors = []string{unwrapPath(pe)}
+		return []checkResult{r}, nil
+	case err != nil:
 		r.errors = flatten(err.Error(), "config "+path+": ")
 		return []checkResult{r}, nil
 	}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestCheck runs `check` over the folders in testdata/check and compares
+// the whole output: every line is a message an admin acts on.
+func TestCheck(t *testing.T) {
+	const own = "--csi-endpoint=unix:///run/csi/csi.sock"
+	dir := func(name string) []string {
+		return []string{"--config", "testdata/check/" + name + "/proxy.yaml", "--connections-folder", "testdata/check/" + name + "/connections", own}
+	}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string
+		stderrHas  string
+		stdoutHas  string
+		skipStdout bool
+	}{
+		{
+			name: "good folder", args: dir("good"), code: 0,
+			stdout: `testdata/check/good/proxy.yaml: ok
+testdata/check/good/connections/iscsi-tcp.yaml: ok
+testdata/check/good/connections/local.yaml: ok
+testdata/check/good/connections/nfs.yaml: ok
+checked 4 files: 4 ok, 0 with warnings, 0 with errors
+`,
+		},
+		{
+			name: "warnings only", args: dir("warnings"), code: 0,
+			stdout: `testdata/check/warnings/proxy.yaml: warning: unknown key proxy.cacheTimeout (ignored); proxy.defaultConnection "fast" has no file fast.yaml in testdata/check/warnings/connections
+testdata/check/warnings/connections/iscsi.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means
+testdata/check/warnings/connections/rack.yaml: warning: proxy.perDriver.topology[0].requirements["rack"]: no node reports org.democratic-csi.topology/rack (no fromRegexp rule has that key, nor does type cluster): only nodes labelled by other means can use the volumes
+testdata/check/warnings/connections/self.yaml: warning: csi.endpoint unix:///run/csi/csi.sock is the proxy's own socket: calls would loop back into the proxy
+testdata/check/warnings/connections/typo.yaml: warning: unknown key csi.timeuot (ignored)
+testdata/check/warnings/connections/_private.yaml: warning: ignored by the proxy: connection name "_private" has invalid character '_' at byte 0 (allowed: letters, digits, and . _ - after the first)
+testdata/check/warnings/connections/old.yml: warning: ignored by the proxy, which reads only <connection>.yaml; rename it to old.yaml
+checked 7 files: 0 ok, 7 with warnings, 0 with errors
+`,
+		},
+		{
+			name: "broken connection files", args: dir("broken"), code: 1,
+			stdout: `testdata/check/broken/proxy.yaml: ok
+testdata/check/broken/connections/bad-endpoint.yaml: error: csi.endpoint: "http://nfs.example.com:2049": only unix:// and host:port endpoints are supported
+testdata/check/broken/connections/bad-timeout.yaml: error: yaml: unmarshal errors: line 4: cannot unmarshal !!str ` + "`soon`" + ` into time.Duration
+testdata/check/broken/connections/bad-topology.yaml: error: local-hostpath.shareBasePath: must be an absolute path, got "relative/path"; proxy.perDriver.topology[0].requirements["zone"]: value "Zone 1!" is not a valid label value (must consist of alphanumerics, '-', '_' or '.', and begin and end with an alphanumeric); proxy.perDriver.topology[0].extra["bad key"]: not a valid label key (name must consist of alphanumerics, '-', '_' or '.', and begin and end with an alphanumeric); proxy.perDriver.topology[1]: requirements and extra are both empty
+testdata/check/broken/connections/bad-yaml.yaml: error: yaml: line 2: did not find expected ',' or ']'
+testdata/check/broken/connections/empty.yaml: error: driver: required (csi or local-hostpath)
+testdata/check/broken/connections/fine.yaml: ok
+testdata/check/broken/connections/misspelt.yaml: error: csi.endpoint: required for driver: csi; warning: unknown key csi.endpiont (ignored)
+testdata/check/broken/connections/nested-proxy.yaml: error: driver: proxy is only valid in the main config (a connection cannot be another proxy)
+testdata/check/broken/connections/relative-socket.yaml: error: csi.endpoint: "unix://csi.sock": unix endpoint needs an absolute path (unix:///path/to/csi.sock); csi.nodeEndpoint: "nfs-node" is neither unix:///path nor host:port
+testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath
+checked 11 files: 2 ok, 0 with warnings, 9 with errors
+`,
+		},
+		{
+			name: "empty folder", args: dir("empty"), code: 0,
+			stdout: `testdata/check/empty/proxy.yaml: ok
+testdata/check/empty/connections: warning: no connection files: every call that names a connection will fail
+checked 2 files: 1 ok, 1 with warnings, 0 with errors
+`,
+		},
+		{
+			name: "missing folder", code: 1,
+			args: []string{"--config", "testdata/check/good/proxy.yaml", "--connections-folder", "testdata/check/missing", own},
+			stdout: `testdata/check/good/proxy.yaml: ok
+testdata/check/missing: error: cannot read the connection folder: open: no such file or directory
+checked 2 files: 1 ok, 0 with warnings, 1 with errors
+`,
+		},
+		{
+			// Without --connections-folder the config's own folder is
+			// checked; it does not exist here.
+			name: "configFolder from the main config", code: 1,
+			args: []string{"--config", "testdata/check/good/proxy.yaml", own},
+			stdout: `testdata/check/good/proxy.yaml: ok
+/mnt/connections/: error: cannot read the connection folder: open: no such file or directory
+checked 2 files: 1 ok, 0 with warnings, 1 with errors
+`,
+		},
+		{
+			name: "invalid main config stops there", code: 1,
+			args: []string{"--config", "testdata/check/badmain/proxy.yaml", own},
+			stdout: "testdata/check/badmain/proxy.yaml: error: proxy.cacheTimeoutMinutes: -5 is invalid (0: no cache, -1: forever, N>0: minutes); " +
+				`proxy.nodeTopology.type: "galaxy" is not one of cluster, node, zone, custom; ` +
+				"proxy.nodeTopology.fromRegexp[0].regex: error parsing regexp: missing closing ) in `(unclosed`\n" +
+				"checked 1 file: 0 ok, 0 with warnings, 1 with errors\n",
+		},
+		{
+			name: "missing main config", code: 1,
+			args: []string{"--config", "testdata/check/nope.yaml"},
+			stdout: `testdata/check/nope.yaml: error: open: no such file or directory
+checked 1 file: 0 ok, 0 with warnings, 1 with errors
+`,
+		},
+		{
+			name: "standalone local-hostpath has no connections", code: 0,
+			args: []string{"--config", "testdata/check/standalone/proxy.yaml"},
+			stdout: `testdata/check/standalone/proxy.yaml: ok
+checked 1 file: 1 ok, 0 with warnings, 0 with errors
+`,
+		},
+		{name: "no config", args: nil, code: 2, stderrHas: "proxy-topology check: --config is required\n"},
+		{name: "stray argument", args: []string{"--config", "x.yaml", "extra"}, code: 2, stderrHas: "unexpected argument \"extra\""},
+		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "flag provided but not defined: -nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PROXY_TOPOLOGY_CONFIG", "")
+			var stdout, stderr bytes.Buffer
+			code := checkCmd(tc.args, &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout.String(), stderr.String())
+			}
+			if tc.stderrHas == "" && stdout.String() != tc.stdout {
+				t.Errorf("stdout:\n%s\nwant:\n%s", stdout.String(), tc.stdout)
+			}
+			if !strings.Contains(stderr.String(), tc.stderrHas) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderrHas)
+			}
+		})
+	}
+}
+
+// TestCheckExamples keeps the shipped examples valid: the only findings
+// allowed are the warnings the examples exist to show.
+func TestCheckExamples(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := checkCmd([]string{"--config", "../../examples/proxy.yaml", "--connections-folder", "../../examples/connections",
+		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
+	want := `../../examples/proxy.yaml: ok
+../../examples/connections/iscsi-multizone.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means
+../../examples/connections/local.yaml: ok
+../../examples/connections/local-zone1.yaml: ok
+../../examples/connections/nfs-cluster.yaml: ok
+../../examples/connections/nfs-zone1.yaml: ok
+checked 6 files: 5 ok, 1 with warnings, 0 with errors
+`
+	if code != 0 || stdout.String() != want {
+		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)
+	}
+}
+
+func TestFlatten(t *testing.T) {
+	for _, tc := range []struct{ msg, prefix, want string }{
+		{"file a.yaml: x\nfile a.yaml: y", "file a.yaml: ", "x|y"},
+		{"file a.yaml: yaml: unmarshal errors:\n  line 4: bad\n  line 5: worse", "file a.yaml: ", "yaml: unmarshal errors: line 4: bad|line 5: worse"},
+		{"\n\nplain\n", "file a.yaml: ", "plain"},
+	} {
+		if got := strings.Join(flatten(tc.msg, tc.prefix), "|"); got != tc.want {
+			t.Errorf("flatten(%q) = %q, want %q", tc.msg, got, tc.want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 // NodeGetCapabilities advertises staging for every connection; for
@@ -143,6 +145,9 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	}
 	out := proto.Clone(req).(*csi.NodeGetVolumeStatsRequest)
 	out.VolumeId = id.Handle
+	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	return forward(ctx, c, c.Node, "NodeGetVolumeStats", out, c.Node.Node.NodeGetVolumeStats)
 }
 
@@ -164,5 +169,22 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	out := proto.Clone(req).(*csi.NodeExpandVolumeRequest)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	return forward(ctx, c, c.Node, "NodeExpandVolume", out, c.Node.Node.NodeExpandVolume)
+}
+
+// upstreamStagingPath is the staging path to pass on: none for an upstream
+// that does not stage, since the proxy staged nothing at the path the CO
+// sends (as in NodePublishVolume).
+func upstreamStagingPath(ctx context.Context, c *connection.Connection, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	if err != nil || !stages {
+		return "", err
+	}
+	return path, nil
 }

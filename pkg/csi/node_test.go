@@ -63,6 +63,32 @@ func TestNodeStagingEmulated(t *testing.T) {
 	if d := diff(want, only[*csi.NodePublishVolumeRequest](t, f, "NodePublishVolume")); d != "" {
 		t.Errorf("upstream NodePublishVolume (-want +got):\n%s", d)
 	}
+
+	// Stats and expansion name the staging path too; nothing is there.
+	if _, err := p.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
+		VolumeId: "v:nfs/share-1", VolumePath: "/t", StagingTargetPath: "/var/lib/kubelet/staging/pv-1"}); err != nil {
+		t.Fatalf("NodeGetVolumeStats: %v", err)
+	}
+	if d := diff(&csi.NodeGetVolumeStatsRequest{VolumeId: "share-1", VolumePath: "/t"},
+		only[*csi.NodeGetVolumeStatsRequest](t, f, "NodeGetVolumeStats")); d != "" {
+		t.Errorf("upstream NodeGetVolumeStats (-want +got):\n%s", d)
+	}
+}
+
+// TestNodeExpandWithoutStaging: NodeExpandVolume to an upstream that
+// expands but does not stage goes without the staging path.
+func TestNodeExpandWithoutStaging(t *testing.T) {
+	f := newFakeUpstream(t, withNodeCaps(csi.NodeServiceCapability_RPC_EXPAND_VOLUME))
+	p := startProxy(t)
+	p.add(t, "a", conn{Endpoint: f.Endpoint})
+	if _, err := p.Node.NodeExpandVolume(callCtx(t), &csi.NodeExpandVolumeRequest{
+		VolumeId: "v:a/vol-1", VolumePath: "/t", StagingTargetPath: "/s"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(&csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: "/t"},
+		only[*csi.NodeExpandVolumeRequest](t, f, "NodeExpandVolume")); d != "" {
+		t.Errorf("upstream NodeExpandVolume (-want +got):\n%s", d)
+	}
 }
 
 // TestNodeStagingForwarded: for an upstream that stages, node calls reach

@@ -87,7 +87,8 @@ func inSanityChild(target string) bool {
 // the environment; in that child, the same test sets up its driver again
 // and runSanity runs the suite in-process. Targets therefore cannot share a
 // process, may call t.Parallel(), and the setup before runSanity runs in
-// both processes (see inSanityChild to avoid that).
+// both processes (see inSanityChild to avoid that). A test that skips
+// before reaching runSanity in the child makes the target skipped.
 func runSanity(t *testing.T, target string, cfg sanity.TestConfig, skips ...SkipSpec) {
 	t.Helper()
 	switch os.Getenv(childTargetEnv) {
@@ -120,9 +121,18 @@ func runSanityParent(t *testing.T, target string) {
 	if err == nil {
 		err = json.Unmarshal(b, &res)
 	}
-	if err != nil {
+	switch {
+	case err != nil && runErr == nil:
+		// The child passed without running the suite: its test skipped
+		// before calling runSanity (a precondition such as root).
+		fmt.Printf("sanity %s: 0 passed, 0 failed, 0 skipped\n", target)
+		t.Skipf("sanity %s: the child test skipped before running the suite:\n%s", target, tail(out, 20))
+	case err != nil:
+		// No report and a failed child: the suite itself broke (setup
+		// failed, panic, timeout). Count that as one failure so the line
+		// never reads as a pass.
 		fmt.Printf("sanity %s: 0 passed, 1 failed, 0 skipped\n", target)
-		t.Fatalf("sanity %s: the suite did not report (%v, exit: %v); output:\n%s", target, err, runErr, out)
+		t.Fatalf("sanity %s: the suite did not report (%v, exit: %v); output:\n%s", target, err, runErr, tail(out, 200))
 	}
 	for _, s := range sortedKeys(res.SkipReasons) {
 		t.Logf("skipped: %s\n    reason: %s", s, res.SkipReasons[s])
@@ -149,6 +159,7 @@ func runSanityChild(t *testing.T, target string, cfg sanity.TestConfig, skips []
 	}
 	suiteConfig.Timeout = childTimeout
 	reporterConfig.Succinct = true
+	reporterConfig.NoColor = true // the output ends up in test logs
 
 	reportPath := os.Getenv(childReportEnv)
 	ginkgo.ReportAfterSuite("write sanity report for "+target, func(r ginkgo.Report) {

@@ -381,7 +381,9 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	}
 	// Removing the directory under a live bind mount would wipe a running
 	// pod's data, and a mount below it would let RemoveAll cross into
-	// another file system.
+	// another file system. Only this process's mount namespace is visible:
+	// a controller in its own container relies on the CO having unpublished
+	// first, as CSI requires.
 	path := d.store.volumePath(id)
 	mounts, err := readMountInfo()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -38,7 +39,13 @@ func Listen(endpoint string) (net.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}
+	// The umask makes bind(2) create the socket 0660 at once, so there is
+	// no moment in which it has the process default; Chmod then only
+	// confirms it. The umask is process-wide, which is fine here: this runs
+	// once at start-up before anything else creates files.
+	old := syscall.Umask(0o117)
 	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}

@@ -4,6 +4,7 @@
 package connection
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -87,11 +88,23 @@ type stamp struct {
 }
 
 type entry struct {
-	stamp    stamp
+	stamp stamp
+	// data is the content conn or err was made from.
+	data     []byte
 	conn     *Connection
 	err      error // cached load error for this stamp
 	lastUsed time.Time
+	// racy: the file changed less than racyWindow before it was read, so
+	// a rewrite of the same size may not have changed the stamp (ctime
+	// has the file system's granularity, a clock tick or a whole second).
+	// A racy entry is re-read on every Get until it is old enough.
+	racy bool
 }
+
+// racyWindow bounds the timestamp granularity the store trusts: a file
+// whose ctime is at least this far behind the moment it was read cannot be
+// rewritten without the stamp changing. It is git's "racy clean" problem.
+const racyWindow = 2 * time.Second
 
 // NewStore returns a store; nothing is read until the first Get.
 func NewStore(opts Options) *Store {
@@ -108,7 +121,9 @@ func NewStore(opts Options) *Store {
 func (s *Store) Folder() string { return s.opts.Folder }
 
 // Get returns the connection called name. The cost on a cache hit is one
-// stat(2) of the file.
+// stat(2) of the file; a file whose stamp changed (inode, size, mtime or
+// ctime: a rewrite, a rename over it, a chmod or touch) is read again, and
+// keeps its *Connection if the content is the same.
 func (s *Store) Get(name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
@@ -129,20 +144,41 @@ func (s *Store) Get(name string) (*Connection, error) {
 
 	s.mu.Lock()
 	s.sweepLocked(now)
-	e, cached := s.entries[name]
-	if cached && e.stamp == st && s.opts.CacheTimeout != 0 {
-		e.lastUsed = now
-		conn, err := e.conn, e.err
+	prev, cached := s.entries[name]
+	if cached && prev.stamp == st && !prev.racy && s.opts.CacheTimeout != 0 {
+		prev.lastUsed = now
+		conn, err := prev.conn, prev.err
 		s.mu.Unlock()
 		return conn, err
 	}
 	s.mu.Unlock()
 
-	conn, err := s.load(name, file)
-	s.loaded(name, cached, err)
+	// The wall clock, not opts.Now: it is compared with the file system's
+	// timestamps.
+	readAt := time.Now()
+	data, err := os.ReadFile(file)
+	var conn *Connection
+	switch {
+	case err != nil:
+		data = nil
+		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		s.loaded(name, cached, err)
+	case cached && prev.data != nil && (prev.err == nil || prev.stamp == st) && bytes.Equal(prev.data, data):
+		// Same content: keep the connection, or the error of this very
+		// file version (a racy entry re-read); nothing was loaded. A new
+		// stamp (touch) over a failed load retries it, in case what failed
+		// was outside the file, say a base path that could not be created.
+		conn, err = prev.conn, prev.err
+	default:
+		conn, err = s.load(name, file, data)
+		s.loaded(name, cached, err)
+	}
 	if s.opts.CacheTimeout != 0 {
 		s.mu.Lock()
-		s.entries[name] = &entry{stamp: st, conn: conn, err: err, lastUsed: now}
+		s.entries[name] = &entry{
+			stamp: st, data: data, conn: conn, err: err, lastUsed: now,
+			racy: readAt.Sub(st.changed()) < racyWindow,
+		}
 		s.mu.Unlock()
 	}
 	return conn, err
@@ -183,11 +219,7 @@ func (s *Store) Cached() int {
 	return len(s.entries)
 }
 
-func (s *Store) load(name, file string) (*Connection, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
-	}
+func (s *Store) load(name, file string, data []byte) (*Connection, error) {
 	cfg, warnings, err := config.ParseConnection(file, data, s.opts.Topology)
 	for _, w := range warnings {
 		s.opts.Log.Warn(w, "connection", name)
@@ -219,6 +251,15 @@ func (s *Store) load(name, file string) (*Connection, error) {
 	}
 	s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)
 	return c, nil
+}
+
+// changed is when the file last changed: its ctime, which no one can set
+// back, or its mtime where there is no ctime.
+func (st stamp) changed() time.Time {
+	if st.ctime != 0 || st.ctimeNs != 0 {
+		return time.Unix(st.ctime, st.ctimeNs)
+	}
+	return time.Unix(0, st.mtimeNs)
 }
 
 func stampOf(fi fs.FileInfo) stamp {

@@ -1,0 +1,434 @@
+package connection
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+var cacheModes = []struct {
+	name    string
+	timeout time.Duration
+}{
+	{"no cache", 0},
+	{"forever", -1},
+	{"10m", 10 * time.Minute},
+}
+
+// sameSizeRewrite writes content over name in place and puts the old mtime
+// back: size, inode and mtime are unchanged, only ctime moves.
+func (e *env) sameSizeRewrite(name, content string) {
+	e.t.Helper()
+	fi, err := os.Stat(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if fi.Size() != int64(len(content)) {
+		e.t.Fatalf("sameSizeRewrite: %d bytes over %d", len(content), fi.Size())
+	}
+	e.write(name, content)
+	if err := os.Chtimes(e.path(name), fi.ModTime(), fi.ModTime()); err != nil {
+		e.t.Fatal(err)
+	}
+	after, err := os.Stat(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !after.ModTime().Equal(fi.ModTime()) || after.Size() != fi.Size() {
+		e.t.Fatal("sameSizeRewrite changed size or mtime")
+	}
+}
+
+// With cacheTimeout 0 every Get reads the file: even a change that keeps
+// inode, size and mtime is seen, and nothing is held.
+func TestNoCacheRereads(t *testing.T) {
+	e := newEnv(t, 0)
+	e.write("nfs", connA)
+	first := e.get("nfs")
+	if got := e.get("nfs"); got == first {
+		t.Error("cache 0 returned the same *Connection twice; it must re-read")
+	}
+	e.sameSizeRewrite("nfs", connB)
+	if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
+		t.Errorf("endpoint %q after a same-size, same-mtime rewrite, want b.sock", got)
+	}
+	if n := e.store.Cached(); n != 0 {
+		t.Errorf("Cached() = %d with cache 0", n)
+	}
+	if n := e.loadCount(); n != 3 {
+		t.Errorf("%d loads for 3 Gets with cache 0", n)
+	}
+	// Upstream clients are still shared.
+	if n := e.pool.Len(); n != 2 {
+		t.Errorf("Pool.Len() = %d, want 2 (a.sock, b.sock)", n)
+	}
+}
+
+// With -1 or N an unchanged file gives the same *Connection, parsed once.
+func TestCacheKeepsConnection(t *testing.T) {
+	for _, timeout := range []time.Duration{-1, 10 * time.Minute} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			e := newEnv(t, timeout)
+			e.write("nfs", connA)
+			first := e.get("nfs")
+			for range 5 {
+				e.clock.Advance(time.Minute)
+				if got := e.get("nfs"); got != first {
+					t.Fatal("an unchanged file gave a new *Connection")
+				}
+			}
+			if n := e.loadCount(); n != 1 {
+				t.Errorf("%d loads of an unchanged file, want 1", n)
+			}
+			if n := e.store.Cached(); n != 1 {
+				t.Errorf("Cached() = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// Any change to the file's stamp (inode, size, mtime, ctime) makes the
+// next Get read it again. A new content loads a new connection; the same
+// content (chmod, touch, a rename of identical bytes) keeps the connection
+// it has, so metadata-only changes cost one read and nothing else.
+func TestCacheReloadsOnChange(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(e *env)
+		// newContent: the change is to connB; otherwise the content stays
+		// connA and the *Connection must be kept.
+		newContent bool
+	}{
+		{"rewrite, new size", func(e *env) { e.write("nfs", connA+"  timeout: 5s\n") }, true},
+		{"rewrite, same size and mtime", func(e *env) { e.sameSizeRewrite("nfs", connB) }, true},
+		{"rename over it", func(e *env) { e.replace("nfs", connB) }, true},
+		{"delete and recreate", func(e *env) {
+			if err := os.Remove(e.path("nfs")); err != nil {
+				e.t.Fatal(err)
+			}
+			e.write("nfs", connB)
+		}, true},
+		{"chmod", func(e *env) {
+			if err := os.Chmod(e.path("nfs"), 0o640); err != nil {
+				e.t.Fatal(err)
+			}
+		}, false},
+		{"touch", func(e *env) {
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(e.path("nfs"), later, later); err != nil {
+				e.t.Fatal(err)
+			}
+		}, false},
+		{"rename of identical bytes", func(e *env) { e.replace("nfs", connA) }, false},
+	}
+	for _, timeout := range []time.Duration{-1, 10 * time.Minute} {
+		for _, tt := range tests {
+			t.Run(timeout.String()+"/"+tt.name, func(t *testing.T) {
+				e := newEnv(t, timeout)
+				e.write("nfs", connA)
+				first := e.get("nfs")
+				tt.change(e)
+				got := e.get("nfs")
+				if !tt.newContent {
+					if got != first {
+						t.Error("same content after a metadata change: want the same *Connection")
+					}
+					return
+				}
+				if got == first {
+					t.Fatal("changed file: still the cached *Connection")
+				}
+				if got.Config.CSI.Endpoint == first.Config.CSI.Endpoint && got.Config.CSI.Timeout == first.Config.CSI.Timeout {
+					t.Errorf("changed file: config unchanged %+v", got.Config.CSI)
+				}
+				if again := e.get("nfs"); again != got {
+					t.Error("the reloaded connection is not cached")
+				}
+			})
+		}
+	}
+}
+
+// The kubelet updates a mounted Secret by renaming a new "..data" symlink
+// over the old one; name.yaml itself is never written.
+func TestCacheSecretSymlinkSwap(t *testing.T) {
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := newEnv(t, mode.timeout)
+			e.secret(1, map[string]string{"nfs": connA, "other": connA})
+			if got := e.endpoint("nfs"); got != "unix:///csi/a.sock" {
+				t.Fatalf("endpoint %q", got)
+			}
+			other := e.get("other")
+			e.secret(2, map[string]string{"nfs": connB, "other": connA})
+			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
+				t.Errorf("after the swap: endpoint %q, want b.sock", got)
+			}
+			if got := e.get("other"); mode.timeout != 0 && got != other {
+				t.Error("other's content did not change: want the same *Connection")
+			}
+			// A key removed from the Secret disappears with the next swap.
+			if err := os.Remove(e.path("other")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Get("other"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("removed key: %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestCacheDeletedFile(t *testing.T) {
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := newEnv(t, mode.timeout)
+			e.write("nfs", connA)
+			e.write("keep", connA)
+			e.get("nfs")
+			e.get("keep")
+			if err := os.Remove(e.path("nfs")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("deleted file: %v, want ErrNotFound", err)
+			}
+			want := 1
+			if mode.timeout == 0 {
+				want = 0
+			}
+			if n := e.store.Cached(); n != want {
+				t.Errorf("Cached() = %d after the delete, want %d", n, want)
+			}
+			e.write("nfs", connB)
+			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
+				t.Errorf("recreated: endpoint %q", got)
+			}
+		})
+	}
+}
+
+// cacheTimeout N drops a connection unused for N, lazily, on a later Get;
+// connections used meanwhile stay.
+func TestCacheTimeoutDropsUnused(t *testing.T) {
+	const ttl = 10 * time.Minute
+	e := newEnv(t, ttl)
+	for _, n := range []string{"a", "b", "c"} {
+		e.write(n, connA)
+	}
+	a, b := e.get("a"), e.get("b")
+	e.get("c")
+	if n := e.store.Cached(); n != 3 {
+		t.Fatalf("Cached() = %d, want 3", n)
+	}
+
+	e.clock.Advance(6 * time.Minute)
+	if e.get("b") != b {
+		t.Error("b reloaded while cached")
+	}
+	e.clock.Advance(5 * time.Minute) // a, c: unused for 11m; b for 5m
+	if n := e.store.Cached(); n != 3 {
+		t.Errorf("Cached() = %d before any Get; the sweep is lazy, want 3", n)
+	}
+	e.get("c") // sweeps a (c is loaded again right after)
+	if n := e.store.Cached(); n != 2 {
+		t.Errorf("Cached() = %d after 11m, want 2 (b, c)", n)
+	}
+	if e.get("b") != b {
+		t.Error("b, used 5m ago, was dropped")
+	}
+
+	// A dropped connection loads again on its next use, on the same
+	// upstream client.
+	loads := e.loadCount()
+	got := e.get("a")
+	if got == a || got.Controller != a.Controller {
+		t.Error("dropped a: want a new *Connection on the same upstream client")
+	}
+	if e.loadCount() != loads+1 {
+		t.Error("dropped a was not read again")
+	}
+
+	// Exactly N unused is not yet "unused for longer than N".
+	e.clock.Advance(ttl)
+	e.get("b")
+	if n := e.store.Cached(); n != 3 {
+		t.Errorf("Cached() = %d at exactly N, want 3", n)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.get("b")
+	if n := e.store.Cached(); n != 1 {
+		t.Errorf("Cached() = %d, want 1 (b)", n)
+	}
+}
+
+func TestCacheForeverNeverDrops(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("a", connA)
+	e.write("b", connA)
+	a := e.get("a")
+	e.clock.Advance(10 * 365 * 24 * time.Hour)
+	e.get("b")
+	if e.get("a") != a || e.store.Cached() != 2 {
+		t.Errorf("cache -1 dropped a connection (Cached() = %d)", e.store.Cached())
+	}
+}
+
+// Ten million expired, unknown-to-the-store names would be a leak: entries
+// exist only for names that have (or had) a file.
+func TestCacheHoldsOnlyExistingFiles(t *testing.T) {
+	e := newEnv(t, -1)
+	for i := range 100 {
+		e.store.Get(fmt.Sprintf("missing-%d", i))
+	}
+	if n := e.store.Cached(); n != 0 {
+		t.Errorf("Cached() = %d after Gets of missing files", n)
+	}
+}
+
+// A file system with coarse timestamps (one clock tick, or a whole second)
+// can rewrite a file with the same size without changing any of inode,
+// size, mtime or ctime. The store must not trust a stamp that close to the
+// moment it read the file: it reads such a file again until it is older.
+func TestCacheRacyStamp(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("nfs", connA)
+	first := e.get("nfs")
+
+	// Simulate the coarse file system: the content changes, the cached
+	// stamp is made to match the new file exactly.
+	e.write("nfs", connB)
+	fi, err := os.Stat(e.path("nfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store.mu.Lock()
+	ent := e.store.entries["nfs"]
+	if !ent.racy {
+		t.Error("an entry read right after the file changed is not racy")
+	}
+	ent.stamp = stampOf(fi)
+	e.store.mu.Unlock()
+
+	got := e.get("nfs")
+	if got == first || got.Config.CSI.Endpoint != "unix:///csi/b.sock" {
+		t.Fatalf("endpoint %q: a racy entry was trusted", got.Config.CSI.Endpoint)
+	}
+	// Re-reading identical bytes keeps the connection and loads nothing.
+	loads := e.loadCount()
+	if e.get("nfs") != got || e.loadCount() != loads {
+		t.Error("re-reading the same racy file built a new connection")
+	}
+
+	// Once the file is old enough, its stamp is trusted: a stat is all a
+	// Get costs. Here that shows as the stale content being kept.
+	e.store.mu.Lock()
+	e.store.entries["nfs"].racy = false
+	e.store.mu.Unlock()
+	e.write("nfs", connA)
+	fi, err = os.Stat(e.path("nfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store.mu.Lock()
+	e.store.entries["nfs"].stamp = stampOf(fi)
+	e.store.mu.Unlock()
+	if e.get("nfs") != got {
+		t.Error("a trusted stamp did not give the cached connection")
+	}
+}
+
+func TestStampChanged(t *testing.T) {
+	ctime := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	st := stamp{ctime: ctime.Unix(), ctimeNs: int64(ctime.Nanosecond()), mtimeNs: 1}
+	if got := st.changed(); !got.Equal(ctime) {
+		t.Errorf("changed() = %v, want the ctime %v", got, ctime)
+	}
+	if got := (stamp{mtimeNs: 42}).changed(); !got.Equal(time.Unix(0, 42)) {
+		t.Errorf("without ctime, changed() = %v, want the mtime", got)
+	}
+	fi, err := os.Stat(filepath.Join(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(stampOf(fi).changed()); d < 0 || d > time.Minute {
+		t.Errorf("a new directory changed %v ago", d)
+	}
+}
+
+// 32 goroutines Get while the file is replaced over and over: every Get
+// returns one of the two versions, never an error, and the last version
+// wins once writes stop. Run with -race.
+func TestConcurrentGet(t *testing.T) {
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := newEnv(t, mode.timeout)
+			e.write("nfs", connA)
+			e.write("other", connA)
+
+			stop := make(chan struct{})
+			var writer sync.WaitGroup
+			writer.Add(1)
+			go func() {
+				defer writer.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					content := connA
+					if i%2 == 1 {
+						content = connB
+					}
+					tmp := filepath.Join(e.dir, fmt.Sprintf(".nfs.%d", i))
+					if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := os.Rename(tmp, e.path("nfs")); err != nil {
+						t.Error(err)
+						return
+					}
+					e.clock.Advance(time.Second)
+				}
+			}()
+
+			var readers sync.WaitGroup
+			for range 32 {
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					for range 100 {
+						for _, name := range []string{"nfs", "other"} {
+							c, err := e.store.Get(name)
+							if err != nil {
+								t.Errorf("Get(%s): %v", name, err)
+								return
+							}
+							if ep := c.Config.CSI.Endpoint; ep != "unix:///csi/a.sock" && ep != "unix:///csi/b.sock" {
+								t.Errorf("Get(%s): endpoint %q", name, ep)
+								return
+							}
+						}
+						_ = e.store.Cached()
+					}
+				}()
+			}
+			readers.Wait()
+			close(stop)
+			writer.Wait()
+
+			e.replace("nfs", connB)
+			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
+				t.Errorf("after the writes: endpoint %q, want b.sock", got)
+			}
+			if n := e.pool.Len(); n != 2 {
+				t.Errorf("Pool.Len() = %d, want 2", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,339 @@
+package connection
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+)
+
+// An invalid name must be refused before any file system access: each
+// invalid name below has a valid connection file it would reach if it were
+// joined to the folder, so a store that looked would find it.
+func TestGetInvalidName(t *testing.T) {
+	root := t.TempDir()
+	folder := filepath.Join(root, "connections")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a", 64)
+	lure := map[string]string{ // file the name would reach -> name
+		filepath.Join(root, "outside.yaml"):   "../outside",
+		filepath.Join(folder, "...yaml"):      "..",
+		filepath.Join(folder, "..yaml"):       ".",
+		filepath.Join(folder, ".hidden.yaml"): ".hidden",
+		filepath.Join(folder, "-dash.yaml"):   "-dash",
+		filepath.Join(folder, "_u.yaml"):      "_u",
+		filepath.Join(folder, "a b.yaml"):     "a b",
+		filepath.Join(folder, "ünï.yaml"):     "ünï",
+		filepath.Join(folder, long+".yaml"):   long,
+		filepath.Join(folder, "a\\b.yaml"):    "a\\b",
+		filepath.Join(folder, "a:b.yaml"):     "a:b",
+		filepath.Join(folder, "a\nb.yaml"):    "a\nb",
+	}
+	if err := os.Mkdir(filepath.Join(folder, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lure[filepath.Join(folder, "sub", "x.yaml")] = "sub/x"
+	for file := range lure {
+		if err := os.WriteFile(file, []byte(connA), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{"", "a\x00b", "\x00", "a/", "/etc/passwd", strings.Repeat("a", 1000), "a\xffb"}
+	for _, n := range lure {
+		names = append(names, n)
+	}
+
+	e := newEnv(t, -1)
+	e.store.opts.Folder = folder
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			c, err := e.store.Get(name)
+			if c != nil {
+				t.Errorf("Get returned a connection for %q", name)
+			}
+			if !errors.Is(err, ErrInvalidName) {
+				t.Fatalf("error %v is not ErrInvalidName", err)
+			}
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrBroken) {
+				t.Errorf("error %v also matches another sentinel", err)
+			}
+		})
+	}
+	if n := e.loadCount(); n != 0 {
+		t.Errorf("%d files were loaded for invalid names", n)
+	}
+	if n := e.store.Cached(); n != 0 {
+		t.Errorf("Cached() = %d after invalid names", n)
+	}
+}
+
+func TestGetValidNameEdges(t *testing.T) {
+	e := newEnv(t, -1)
+	for _, name := range []string{"a", "A", "0", "a..b", "a.yaml", "a_b-c.d", strings.Repeat("z", 63)} {
+		e.write(name, connA)
+		if got := e.endpoint(name); got != "unix:///csi/a.sock" {
+			t.Errorf("%q: endpoint %q", name, got)
+		}
+	}
+	// Names are case-sensitive, like file names.
+	if _, err := e.store.Get("Z"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(Z) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestGetNotFound(t *testing.T) {
+	e := newEnv(t, -1)
+	_, err := e.store.Get("nfs")
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("error %v is not ErrNotFound", err)
+	}
+	if !strings.Contains(err.Error(), e.path("nfs")) || !strings.Contains(err.Error(), `"nfs"`) {
+		t.Errorf("error %q does not name the connection and its file", err)
+	}
+	if errors.Is(err, ErrBroken) || errors.Is(err, ErrInvalidName) {
+		t.Errorf("error %v matches another sentinel", err)
+	}
+
+	// A folder that does not exist is the same: there is no such file.
+	e.store.opts.Folder = filepath.Join(e.dir, "missing")
+	if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing folder: %v, want ErrNotFound", err)
+	}
+	// Only ".yaml": "nfs.yml" is not "nfs".
+	e.store.opts.Folder = e.dir
+	if err := os.WriteFile(filepath.Join(e.dir, "nfs.yml"), []byte(connA), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("nfs.yml: %v, want ErrNotFound", err)
+	}
+}
+
+// A broken file fails only its own connection, with the parse error in the
+// message; fixing the file works on the next Get, whatever the cache mode.
+func TestGetBroken(t *testing.T) {
+	broken := []struct {
+		name, content, want string
+	}{
+		{"invalid YAML", "driver: [csi\n", "yaml: line 1: did not find expected ',' or ']'"},
+		{"invalid config", "driver: proxy\n", "driver: proxy is only valid in the main config"},
+		{"empty file", "", "driver: required (csi or local-hostpath)"},
+		{"bad endpoint", "driver: csi\ncsi:\n  endpoint: http://x\n", `csi.endpoint: "http://x": only unix:// and host:port endpoints are supported`},
+	}
+	for _, mode := range cacheModes {
+		for _, b := range broken {
+			t.Run(mode.name+"/"+b.name, func(t *testing.T) {
+				e := newEnv(t, mode.timeout)
+				e.write("good", connA)
+				e.write("bad", b.content)
+				for range 2 { // the second Get may come from the cache
+					c, err := e.store.Get("bad")
+					if c != nil || !errors.Is(err, ErrBroken) {
+						t.Fatalf("Get(bad) = %v, %v; want ErrBroken", c, err)
+					}
+					if !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), e.path("bad")) {
+						t.Errorf("error %q does not contain %q and the file name", err, b.want)
+					}
+					if got := e.endpoint("good"); got != "unix:///csi/a.sock" {
+						t.Errorf("good connection: endpoint %q", got)
+					}
+				}
+				e.write("bad", connB)
+				if got := e.endpoint("bad"); got != "unix:///csi/b.sock" {
+					t.Errorf("fixed file: endpoint %q", got)
+				}
+			})
+		}
+	}
+}
+
+// An unreadable "file" (here a directory) is ErrBroken, not ErrNotFound.
+func TestGetUnreadable(t *testing.T) {
+	e := newEnv(t, -1)
+	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Get("dir"); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("Get(dir) = %v, want ErrBroken: is a directory", err)
+	}
+}
+
+func TestList(t *testing.T) {
+	e := newEnv(t, -1)
+	for _, name := range []string{"b", "a", "a-b", "a_b", "a.b", "Z", "-bad", ".hidden", "ünï"} {
+		e.write(name, connA)
+	}
+	for _, f := range []string{"a.yml", "README", "x.yaml.bak", ".yaml"} {
+		if err := os.WriteFile(filepath.Join(e.dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A mounted Secret: symlinked files are listed, its ..data and
+	// timestamped directory are not.
+	e.secret(1, map[string]string{"secret": connA})
+
+	got, err := e.store.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Connection-name order: "a" before "a-b", although "a-b.yaml" sorts
+	// before "a.yaml".
+	want := []string{"Z", "a", "a-b", "a.b", "a_b", "b", "secret"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	for _, name := range got {
+		if _, err := e.store.Get(name); err != nil {
+			t.Errorf("listed %q but Get fails: %v", name, err)
+		}
+	}
+
+	e.store.opts.Folder = filepath.Join(e.dir, "missing")
+	if _, err := e.store.List(); err == nil {
+		t.Error("List of a missing folder: no error")
+	}
+}
+
+// Connections naming the same endpoint share one upstream client, however
+// many connections and reloads there are.
+func TestSharedUpstream(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("one", connA)
+	e.write("two", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  timeout: 5s\n")
+	e.write("split", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  nodeEndpoint: unix:///csi/node.sock\n")
+	e.write("tcp", "driver: csi\ncsi:\n  endpoint: storage.example.com:9000\n")
+	e.write("unixshort", "driver: csi\ncsi:\n  endpoint: unix:/csi/short.sock\n")
+
+	one, two := e.get("one"), e.get("two")
+	if one.Controller != two.Controller || one.Controller == nil {
+		t.Error("one and two do not share the controller client")
+	}
+	if one.Node != one.Controller {
+		t.Error("without nodeEndpoint, Node must be the Controller client")
+	}
+	if n := e.pool.Len(); n != 1 {
+		t.Errorf("Pool.Len() = %d after two connections to one endpoint, want 1", n)
+	}
+
+	split := e.get("split")
+	if split.Controller != one.Controller {
+		t.Error("split does not share the controller client")
+	}
+	if split.Node == split.Controller || split.Node.Target != "unix:///csi/node.sock" {
+		t.Errorf("split.Node targets %q, want its own client for unix:///csi/node.sock", split.Node.Target)
+	}
+	if n := e.pool.Len(); n != 2 {
+		t.Errorf("Pool.Len() = %d, want 2", n)
+	}
+
+	// Every endpoint form the config accepts makes a client without
+	// dialing (nothing listens on these).
+	e.get("tcp")
+	e.get("unixshort")
+	if n := e.pool.Len(); n != 4 {
+		t.Errorf("Pool.Len() = %d, want 4", n)
+	}
+
+	// A reload with the same endpoint builds no new client.
+	e.write("one", connA+"  timeout: 1s\n")
+	if c := e.get("one"); c == one || c.Controller != two.Controller {
+		t.Error("reloaded one: want a new *Connection on the same client")
+	}
+	if n := e.pool.Len(); n != 4 {
+		t.Errorf("Pool.Len() = %d after a reload, want 4", n)
+	}
+}
+
+// The built-in driver runs in-process; connections with the same base path
+// and options share it.
+func TestLocalHostpath(t *testing.T) {
+	e := newEnv(t, -1)
+	base := t.TempDir()
+	local := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + base + "\n"
+	e.write("local", local)
+	e.write("local2", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n")
+
+	c := e.get("local")
+	if c.Controller == nil || c.Node != c.Controller {
+		t.Fatal("local-hostpath: want one client for controller and node")
+	}
+	if c2 := e.get("local2"); c2.Controller != c.Controller {
+		t.Error("two connections on one base path do not share the driver")
+	}
+	if n := e.pool.Len(); n != 1 {
+		t.Errorf("Pool.Len() = %d, want 1", n)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := c.Controller.Identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetName() != "proxy.example.com" || info.GetVendorVersion() != "v-test" {
+		t.Errorf("GetPluginInfo = %q %q, want the store's DriverName and Version", info.GetName(), info.GetVendorVersion())
+	}
+	nodeInfo, err := c.Node.Node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeInfo.GetNodeId() != "node-1" {
+		t.Errorf("NodeGetInfo node id %q, want the store's NodeID", nodeInfo.GetNodeId())
+	}
+}
+
+// A connection whose upstream cannot be set up is broken like a bad file,
+// with the reason.
+func TestGetUpstreamFailure(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("nfs", connA)
+	e.pool.Close()
+	_, err := e.store.Get("nfs")
+	if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "upstream pool is shut down") {
+		t.Errorf("Get = %v, want ErrBroken naming the pool", err)
+	}
+}
+
+func TestWarningsAreLogged(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("nfs", connA+"  endpiont: x\n")
+	e.get("nfs")
+	log := e.log.String()
+	if !strings.Contains(log, "unknown key csi.endpiont (ignored)") || !strings.Contains(log, "connection=nfs") {
+		t.Errorf("log does not warn about csi.endpiont for connection nfs:\n%s", log)
+	}
+}
+
+func TestOnLoad(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("nfs", connA)
+	e.get("nfs")
+	e.get("nfs")
+	e.replace("nfs", connB)
+	e.get("nfs")
+	e.replace("nfs", "driver: nope\n")
+	e.store.Get("nfs")
+	e.store.Get("nfs")
+	e.store.Get("missing") // nothing to read: no load
+	want := []loadEvent{
+		{"nfs", false, false},
+		{"nfs", true, false},
+		{"nfs", true, true},
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if diff := cmp.Diff(want, e.loads, cmp.AllowUnexported(loadEvent{})); diff != "" {
+		t.Errorf("OnLoad calls (-want +got):\n%s", diff)
+	}
+}

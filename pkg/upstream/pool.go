@@ -80,6 +80,7 @@ type Client struct {
 	conn   *grpc.ClientConn
 	server *grpc.Server // in-process built-in driver, if any
 	lis    *bufconn.Listener
+	local  *hostpath.Options // the built-in driver's settings
 
 	mu             sync.Mutex
 	controllerCaps map[csi.ControllerServiceCapability_RPC_Type]bool
@@ -103,11 +104,13 @@ func (p *Pool) CSI(endpoint string) (*Client, error) {
 
 // Local returns the in-process built-in driver for opts.BasePath, serving it
 // over an in-memory listener so the proxy forwards to it exactly as to an
-// external driver. Options other than BasePath must agree between
-// connections sharing a base path; the first one wins.
+// external driver. One base path has one driver, whose per-volume locks
+// serialise every connection using it; a connection that asks for the same
+// path with other stage/controllerPublish settings is refused, since one
+// directory tree cannot be staged and unstaged at once.
 func (p *Pool) Local(opts hostpath.Options) (*Client, error) {
 	target := "local-hostpath:" + opts.BasePath
-	return p.get(target+fmt.Sprintf("?stage=%t&publish=%t", opts.Stage, opts.ControllerPublish), func() (*Client, error) {
+	c, err := p.get(target, func() (*Client, error) {
 		d, err := hostpath.New(opts)
 		if err != nil {
 			return nil, err
@@ -126,9 +129,17 @@ func (p *Pool) Local(opts hostpath.Options) (*Client, error) {
 			return nil, err
 		}
 		c := newClient(target, conn)
-		c.server, c.lis = srv, lis
+		c.server, c.lis, c.local = srv, lis, &opts
 		return c, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	if c.local != nil && (c.local.Stage != opts.Stage || c.local.ControllerPublish != opts.ControllerPublish) {
+		return nil, fmt.Errorf("shareBasePath %s is already served with stage=%t controllerPublish=%t; this connection asks for stage=%t controllerPublish=%t",
+			opts.BasePath, c.local.Stage, c.local.ControllerPublish, opts.Stage, opts.ControllerPublish)
+	}
+	return c, nil
 }
 
 func (p *Pool) get(key string, create func() (*Client, error)) (*Client, error) {

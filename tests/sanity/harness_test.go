@@ -131,7 +131,7 @@ func runSanityParent(t *testing.T, target string) {
 		// No report and a failed child: the suite itself broke (setup
 		// failed, panic, timeout). Count that as one failure so the line
 		// never reads as a pass.
-		fmt.Printf("sanity %s: 0 passed, 1 failed, 0 skipped\n", target)
+		summary(t, fmt.Sprintf("sanity %s: 0 passed, 1 failed, 0 skipped", target))
 		t.Fatalf("sanity %s: the suite did not report (%v, exit: %v); output:\n%s", target, err, runErr, tail(out, 200))
 	}
 	for _, s := range sortedKeys(res.SkipReasons) {
@@ -144,7 +144,28 @@ func runSanityParent(t *testing.T, target string) {
 		t.Errorf("sanity %s: child exited with %v; its output:\n%s", target, runErr, tail(out, 200))
 	}
 	t.Logf("sanity %s took %s", target, elapsed)
-	fmt.Printf("sanity %s: %d passed, %d failed, %d skipped\n", target, res.Passed, res.Failed, res.Skipped)
+	summary(t, fmt.Sprintf("sanity %s: %d passed, %d failed, %d skipped", target, res.Passed, res.Failed, res.Skipped))
+}
+
+// summary prints a target's closing line, and appends it to the file named
+// by $SANITY_REPORT: `go test` hides a passing package's output, and
+// `make sanity` prints that file after the run.
+func summary(t *testing.T, line string) {
+	fmt.Println(line)
+	path := os.Getenv("SANITY_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(f, line)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Errorf("SANITY_REPORT: %v", err)
+	}
 }
 
 func runSanityChild(t *testing.T, target string, cfg sanity.TestConfig, skips []SkipSpec) {

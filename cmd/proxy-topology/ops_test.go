@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer collects the log of an in-process Serve.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// served is a proxy started with Serve from serve.go, exactly as the
+// binary runs it, on a temporary socket with a temporary config.
+type served struct {
+	Endpoint   string
+	Metrics    string // http://127.0.0.1:port
+	Folder     string
+	Logs       *syncBuffer
+	stop       func()
+	stopped    chan error
+	stopOnce   sync.Once
+	socketPath string
+}
+
+// shortDir is a temp dir whose path fits a unix socket (108 bytes).
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startServe writes mainYAML (with CONFIG_FOLDER replaced) and the
+// connection files, and serves them with a JSON logger at debug level.
+func startServe(t *testing.T, mainYAML string, connections map[string]string) *served {
+	t.Helper()
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "connections")
+	if err := os.MkdirAll(folder, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range connections {
+		if err := os.WriteFile(filepath.Join(folder, name+".yaml"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "proxy.yaml")
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(mainYAML, "CONFIG_FOLDER", folder)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(shortDir(t), "csi", "csi.sock")
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	addr := make(chan string, 1)
+	o := Options{
+		Config: cfg, Endpoint: "unix://" + sock, NodeID: "node-1", Mode: "all",
+		ShutdownTimeout: 5 * time.Second, MetricsAddress: "127.0.0.1:0",
+		listening: func(a string) { addr <- a },
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{Endpoint: "unix://" + sock, Folder: folder, Logs: logs, stop: cancel, stopped: make(chan error, 1), socketPath: sock}
+	go func() { s.stopped <- Serve(ctx, o, log) }()
+	select {
+	case a := <-addr:
+		s.Metrics = "http://" + a
+	case err := <-s.stopped:
+		t.Fatalf("Serve: %v\n%s", err, logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Serve did not start\n%s", logs)
+	}
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+// shutdown cancels Serve's context and waits for it to return.
+func (s *served) shutdown() {
+	s.stopOnce.Do(func() {
+		s.stop()
+		select {
+		case <-s.stopped:
+		case <-time.After(20 * time.Second):
+			panic("Serve did not stop")
+		}
+	})
+}
+
+// httpGet returns the status code and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// runCSI runs `proxy-topology csi --endpoint … args…`.
+func runCSI(t *testing.T, endpoint string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = csiCmd(append([]string{"--endpoint", endpoint}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const localHostpathMain = `driver: proxy
+proxy:
+  configFolder: CONFIG_FOLDER
+  controllerPublish: true
+  nodeTopology:
+    type: cluster
+    fromRegexp:
+    - topologyKey: zone
+      source: nodeName
+      regex: "node-([0-9]+)"
+      template: "zone{match:1}"
+`
+
+func TestHealthThroughServe(t *testing.T) {
+	s := startServe(t, localHostpathMain, map[string]string{
+		"local": "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + t.TempDir() + "\n",
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := httpGet(t, s.Metrics+path); code != 200 || body != "ok\n" {
+			t.Errorf("%s: %d %q", path, code, body)
+		}
+	}
+	_, body := httpGet(t, s.Metrics+"/metrics")
+	for _, want := range []string{
+		"proxy_topology_ready 1",
+		`proxy_topology_build_info{csi_name="org.democratic-csi.proxy-topology",mode="all",version="` + buildVersion() + `"} 1`,
+		`proxy_topology_node_topology_rule{key="org.democratic-csi.topology/zone",rule="0",status="matched"} 1`,
+		"proxy_topology_node_topology_segments 2",
+		"proxy_topology_connections_cached 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// After shutdown the metrics server is gone with the socket.
+	s.shutdown()
+	if _, err := http.Get(s.Metrics + "/healthz"); err == nil {
+		t.Error("/healthz still answers after Serve returned")
+	}
+}
+
+func TestServeFailsWhenMetricsAddressIsTaken(t *testing.T) {
+	s := startServe(t, localHostpathMain, nil)
+	o := Options{Config: "/nonexistent.yaml", Endpoint: "unix:///nonexistent/csi.sock", NodeID: "n", Mode: "all",
+		MetricsAddress: strings.TrimPrefix(s.Metrics, "http://")}
+	err := Serve(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+		t.Errorf("Serve on a taken metrics port: %v", err)
+	}
+}
+
+func TestMetricsAddressValidation(t *testing.T) {
+	for addr, ok := range map[string]bool{"": true, ":9808": true, "127.0.0.1:0": true, "[::1]:9808": true, "9808": false, "http://x:1": false} {
+		o := Options{Mode: "all", NodeID: "n", MetricsAddress: addr}
+		if err := o.Validate(); (err == nil) != ok {
+			t.Errorf("--metrics-address %q: %v", addr, err)
+		}
+	}
+}

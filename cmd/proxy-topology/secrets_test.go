@@ -115,7 +115,9 @@ csi:
 			return &csi.NodePublishVolumeRequest{VolumeId: volumeID, StagingTargetPath: staging, TargetPath: target, VolumeCapability: vcap}
 		}, nil},
 		{"/csi.v1.Node/NodeGetVolumeStats", func() proto.Message { return &csi.NodeGetVolumeStatsRequest{VolumeId: volumeID, VolumePath: target} }, nil},
-		{"/csi.v1.Node/NodeGetVolumeHealth", func() proto.Message { return &csi.NodeGetVolumeHealthRequest{VolumeId: volumeID, VolumePublishPath: target} }, nil},
+		{"/csi.v1.Node/NodeGetVolumeHealth", func() proto.Message {
+			return &csi.NodeGetVolumeHealthRequest{VolumeId: volumeID, VolumePublishPath: target}
+		}, nil},
 		{"/csi.v1.Node/NodeExpandVolume", func() proto.Message {
 			return &csi.NodeExpandVolumeRequest{VolumeId: volumeID, VolumePath: target, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}}
 		}, nil},

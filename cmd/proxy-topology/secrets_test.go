@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -220,6 +221,11 @@ csi:
 			t.Errorf("log lacks %s", want)
 		}
 	}
+	var methods []string
+	for _, st := range steps {
+		methods = append(methods, st.method)
+	}
+	checkOneLinePerRPC(t, logs, methods)
 	for _, e := range failures {
 		if strings.Contains(e, secretMarker) {
 			t.Errorf("an error returned to the client contains a secret: %s", e)
@@ -231,6 +237,56 @@ csi:
 	}
 	if !strings.Contains(body, `proxy_topology_csi_requests_total{code="OK",connection="local",method="NodePublishVolume"} 1`) {
 		t.Errorf("/metrics lacks the NodePublishVolume call:\n%s", grepLines(body, "csi_requests_total"))
+	}
+}
+
+// checkOneLinePerRPC checks that each call was logged exactly once as
+// "rpc", at debug for the methods sidecars poll and at info (error for
+// INTERNAL) for the rest, with the attributes the log promises.
+func checkOneLinePerRPC(t *testing.T, logs string, calls []string) {
+	t.Helper()
+	want := map[string]int{}
+	for _, c := range calls {
+		if strings.Contains(c, "GroupController") {
+			continue // not served: gRPC answers before any interceptor
+		}
+		want[c[strings.LastIndexByte(c, '/')+1:]]++
+	}
+	got := map[string]int{}
+	quiet := map[string]bool{"Probe": true, "NodeGetCapabilities": true, "GetPluginInfo": true,
+		"GetPluginCapabilities": true, "ControllerGetCapabilities": true}
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, line)
+		}
+		if rec["msg"] != "rpc" {
+			continue
+		}
+		method, _ := rec["method"].(string)
+		got[method]++
+		level := rec["level"]
+		switch {
+		case quiet[method] && level != "DEBUG":
+			t.Errorf("%s logged at %v, want DEBUG", method, level)
+		case !quiet[method] && level != "INFO" && !(level == "ERROR" && rec["code"] == "Internal"):
+			t.Errorf("%s logged at %v, want INFO", method, level)
+		}
+		for _, k := range []string{"request_id", "code", "duration"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("%s log line lacks %s: %s", method, k, line)
+			}
+		}
+	}
+	for m, n := range want {
+		if got[m] != n {
+			t.Errorf("%s: %d rpc log lines, want %d", m, got[m], n)
+		}
+	}
+	for m := range got {
+		if want[m] == 0 {
+			t.Errorf("%s logged but never called", m)
+		}
 	}
 }
 

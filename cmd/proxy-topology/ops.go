@@ -18,7 +18,7 @@ import (
 // Readiness reasons reported by /readyz until the socket serves.
 const (
 	notReadyLoading  = "loading config"
-	notReadyStarting = "starting: connecting to the CSI socket"
+	notReadyStarting = "starting: evaluating node topology and opening the CSI socket"
 	notReadyStopping = "shutting down"
 )
 

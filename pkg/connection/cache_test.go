@@ -3,11 +3,16 @@ package connection
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 var cacheModes = []struct {
@@ -291,53 +296,93 @@ func TestCacheHoldsOnlyExistingFiles(t *testing.T) {
 
 // A file system with coarse timestamps (one clock tick, or a whole second)
 // can rewrite a file with the same size without changing any of inode,
-// size, mtime or ctime. The store must not trust a stamp that close to the
-// moment it read the file: it reads such a file again until it is older.
-func TestCacheRacyStamp(t *testing.T) {
-	e := newEnv(t, -1)
-	e.write("nfs", connA)
-	first := e.get("nfs")
+// size, mtime or ctime. FolderSource must not hand out a trustworthy
+// version that close to the file's last change: each Stat then gets a
+// version of its own, until the file is old enough.
+func TestFolderSourceRacyVersion(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nfs.yaml"), []byte(connA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := NewFolderSource(dir)
+	v1, err1 := src.Stat("nfs")
+	v2, err2 := src.Stat("nfs")
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if v1 == v2 {
+		t.Errorf("a file changed just now got the same version twice (%q): a same-size rewrite could go unseen", v1)
+	}
+	src.now = func() time.Time { return time.Now().Add(racyWindow + time.Second) }
+	v3, _ := src.Stat("nfs")
+	v4, _ := src.Stat("nfs")
+	if v3 != v4 {
+		t.Errorf("an old file's versions differ (%q, %q): every Get would read it", v3, v4)
+	}
+	if _, err := src.Stat("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(missing) = %v, want fs.ErrNotExist", err)
+	}
+}
 
-	// Simulate the coarse file system: the content changes, the cached
-	// stamp is made to match the new file exactly.
-	e.write("nfs", connB)
-	fi, err := os.Stat(e.path("nfs"))
+// fakeSource serves connection files from memory with versions the test
+// sets, to show what the store does with a version alone.
+type fakeSource struct {
+	mu      sync.Mutex
+	files   map[string]string
+	version map[string]string
+	reads   int
+}
+
+func (f *fakeSource) Stat(name string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.version[name]
+	if !ok {
+		return "", fs.ErrNotExist
+	}
+	return v, nil
+}
+
+func (f *fakeSource) Read(name string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	return []byte(f.files[name]), nil
+}
+
+func (f *fakeSource) List() ([]string, error)     { return []string{"nfs"}, nil }
+func (f *fakeSource) Describe(name string) string { return "fake " + name }
+
+// The store trusts a version: same version, no read; new version with the
+// same bytes, same *Connection and no load.
+func TestStoreTrustsSourceVersion(t *testing.T) {
+	src := &fakeSource{files: map[string]string{"nfs": connA}, version: map[string]string{"nfs": "1"}}
+	loads := 0
+	store := NewStore(Options{
+		Source: src, CacheTimeout: -1, Pool: upstream.NewPool(slog.New(slog.DiscardHandler)),
+		Log:    slog.New(slog.DiscardHandler),
+		OnLoad: func(string, bool, error) { loads++ },
+	})
+	first, err := store.Get("nfs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.store.mu.Lock()
-	ent := e.store.entries["nfs"]
-	if !ent.racy {
-		t.Error("an entry read right after the file changed is not racy")
+	src.files["nfs"] = connB // content changes, version does not
+	if got, _ := store.Get("nfs"); got != first || src.reads != 1 {
+		t.Errorf("same version: got a new connection or read again (reads=%d)", src.reads)
 	}
-	ent.stamp = stampOf(fi)
-	e.store.mu.Unlock()
-
-	got := e.get("nfs")
-	if got == first || got.Config.CSI.Endpoint != "unix:///csi/b.sock" {
-		t.Fatalf("endpoint %q: a racy entry was trusted", got.Config.CSI.Endpoint)
+	src.version["nfs"] = "2" // new version, new content
+	second, _ := store.Get("nfs")
+	if second == first || second.Config.CSI.Endpoint != "unix:///csi/b.sock" || second.File != "fake nfs" {
+		t.Errorf("new version: got endpoint %q file %q", second.Config.CSI.Endpoint, second.File)
 	}
-	// Re-reading identical bytes keeps the connection and loads nothing.
-	loads := e.loadCount()
-	if e.get("nfs") != got || e.loadCount() != loads {
-		t.Error("re-reading the same racy file built a new connection")
+	src.version["nfs"] = "3" // new version, same content
+	if got, _ := store.Get("nfs"); got != second || loads != 2 {
+		t.Errorf("same bytes under a new version: new connection or load (loads=%d)", loads)
 	}
-
-	// Once the file is old enough, its stamp is trusted: a stat is all a
-	// Get costs. Here that shows as the stale content being kept.
-	e.store.mu.Lock()
-	e.store.entries["nfs"].racy = false
-	e.store.mu.Unlock()
-	e.write("nfs", connA)
-	fi, err = os.Stat(e.path("nfs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.store.mu.Lock()
-	e.store.entries["nfs"].stamp = stampOf(fi)
-	e.store.mu.Unlock()
-	if e.get("nfs") != got {
-		t.Error("a trusted stamp did not give the cached connection")
+	delete(src.version, "nfs")
+	if _, err := store.Get("nfs"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "fake nfs") {
+		t.Errorf("missing: %v", err)
 	}
 }
 

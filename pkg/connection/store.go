@@ -9,11 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
@@ -47,8 +43,10 @@ type Connection struct {
 
 // Options configures a Store.
 type Options struct {
-	// Folder holds <name>.yaml files.
+	// Folder holds <name>.yaml files; used when Source is nil.
 	Folder string
+	// Source supplies connection files; nil means NewFolderSource(Folder).
+	Source Source
 	// CacheTimeout: 0 re-reads on every call, negative caches forever,
 	// positive drops a connection unused for that long.
 	CacheTimeout time.Duration
@@ -72,39 +70,22 @@ type Options struct {
 // Store loads connections on first use and keeps them fresh.
 type Store struct {
 	opts Options
+	src  Source
 
 	mu        sync.Mutex
 	entries   map[string]*entry
 	lastSweep time.Time
 }
 
-// stamp identifies a file version without reading it. Kubernetes updates a
-// mounted Secret by swapping a symlink, which changes the inode; an edit in
-// place changes mtime/ctime/size.
-type stamp struct {
-	ino, size        uint64
-	mtime, ctime     int64
-	mtimeNs, ctimeNs int64
-}
-
 type entry struct {
-	stamp stamp
+	// version is the source's version of the content below.
+	version string
 	// data is the content conn or err was made from.
 	data     []byte
 	conn     *Connection
-	err      error // cached load error for this stamp
+	err      error // cached load error for this version
 	lastUsed time.Time
-	// racy: the file changed less than racyWindow before it was read, so
-	// a rewrite of the same size may not have changed the stamp (ctime
-	// has the file system's granularity, a clock tick or a whole second).
-	// A racy entry is re-read on every Get until it is old enough.
-	racy bool
 }
-
-// racyWindow bounds the timestamp granularity the store trusts: a file
-// whose ctime is at least this far behind the moment it was read cannot be
-// rewritten without the stamp changing. It is git's "racy clean" problem.
-const racyWindow = 2 * time.Second
 
 // NewStore returns a store; nothing is read until the first Get.
 func NewStore(opts Options) *Store {
@@ -114,38 +95,43 @@ func NewStore(opts Options) *Store {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &Store{opts: opts, entries: map[string]*entry{}}
+	if opts.Source == nil {
+		opts.Source = NewFolderSource(opts.Folder)
+	}
+	return &Store{opts: opts, src: opts.Source, entries: map[string]*entry{}}
 }
 
-// Folder returns the connection folder.
-func (s *Store) Folder() string { return s.opts.Folder }
+// Location names where connections come from, for messages.
+func (s *Store) Location() string {
+	if str, ok := s.src.(fmt.Stringer); ok {
+		return str.String()
+	}
+	return "connection source"
+}
 
-// Get returns the connection called name. The cost on a cache hit is one
-// stat(2) of the file; a file whose stamp changed (inode, size, mtime or
-// ctime: a rewrite, a rename over it, a chmod or touch) is read again, and
+// Get returns the connection called name. On a cache hit it costs one
+// Source.Stat (for a folder, one stat(2)); a new version is read again, and
 // keeps its *Connection if the content is the same.
 func (s *Store) Get(name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
-	file := filepath.Join(s.opts.Folder, name+".yaml")
-	fi, err := os.Stat(file)
+	ver, err := s.src.Stat(name)
 	if err != nil {
 		s.forget(name)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, file)
+			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
 		}
 		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 		s.loaded(name, false, err)
 		return nil, err
 	}
-	st := stampOf(fi)
 	now := s.opts.Now()
 
 	s.mu.Lock()
 	s.sweepLocked(now)
 	prev, cached := s.entries[name]
-	if cached && prev.stamp == st && !prev.racy && s.opts.CacheTimeout != 0 {
+	if cached && prev.version == ver && s.opts.CacheTimeout != 0 {
 		prev.lastUsed = now
 		conn, err := prev.conn, prev.err
 		s.mu.Unlock()
@@ -153,32 +139,29 @@ func (s *Store) Get(name string) (*Connection, error) {
 	}
 	s.mu.Unlock()
 
-	// The wall clock, not opts.Now: it is compared with the file system's
-	// timestamps.
-	readAt := time.Now()
-	data, err := os.ReadFile(file)
+	data, err := s.src.Read(name)
 	var conn *Connection
 	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s.forget(name)
+		return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
 	case err != nil:
 		data = nil
 		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 		s.loaded(name, cached, err)
-	case cached && prev.data != nil && (prev.err == nil || prev.stamp == st) && bytes.Equal(prev.data, data):
+	case cached && prev.data != nil && (prev.err == nil || sameFileVersion(prev.version, ver)) && bytes.Equal(prev.data, data):
 		// Same content: keep the connection, or the error of this very
-		// file version (a racy entry re-read); nothing was loaded. A new
-		// stamp (touch) over a failed load retries it, in case what failed
-		// was outside the file, say a base path that could not be created.
+		// version (a racy file re-read); nothing was loaded. A new version
+		// (touch) over a failed load retries it, in case what failed was
+		// outside the file, say a base path that could not be created.
 		conn, err = prev.conn, prev.err
 	default:
-		conn, err = s.load(name, file, data)
+		conn, err = s.load(name, s.src.Describe(name), data)
 		s.loaded(name, cached, err)
 	}
 	if s.opts.CacheTimeout != 0 {
 		s.mu.Lock()
-		s.entries[name] = &entry{
-			stamp: st, data: data, conn: conn, err: err, lastUsed: now,
-			racy: readAt.Sub(st.changed()) < racyWindow,
-		}
+		s.entries[name] = &entry{version: ver, data: data, conn: conn, err: err, lastUsed: now}
 		s.mu.Unlock()
 	}
 	return conn, err
@@ -253,45 +236,5 @@ func (s *Store) load(name, file string, data []byte) (*Connection, error) {
 	return c, nil
 }
 
-// changed is when the file last changed: its ctime, which no one can set
-// back, or its mtime where there is no ctime.
-func (st stamp) changed() time.Time {
-	if st.ctime != 0 || st.ctimeNs != 0 {
-		return time.Unix(st.ctime, st.ctimeNs)
-	}
-	return time.Unix(0, st.mtimeNs)
-}
-
-func stampOf(fi fs.FileInfo) stamp {
-	st := stamp{size: uint64(fi.Size()), mtimeNs: fi.ModTime().UnixNano()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = sys.Ino
-		st.ctime, st.ctimeNs = sys.Ctim.Sec, sys.Ctim.Nsec
-		st.mtime = sys.Mtim.Sec
-	}
-	return st
-}
-
-// List returns the names of all connection files in the folder, sorted.
-// Files whose names are not valid connection names are skipped.
-func (s *Store) List() ([]string, error) {
-	des, err := os.ReadDir(s.opts.Folder)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, de := range des {
-		n := de.Name()
-		if filepath.Ext(n) != ".yaml" || de.IsDir() {
-			continue
-		}
-		n = n[:len(n)-len(".yaml")]
-		if ids.ValidateConnectionName(n) == nil {
-			names = append(names, n)
-		}
-	}
-	// os.ReadDir sorts file names, where "a-b.yaml" < "a.yaml"; callers
-	// need connection-name order.
-	sort.Strings(names)
-	return names, nil
-}
+// List returns the names of all connections in the source, sorted.
+func (s *Store) List() ([]string, error) { return s.src.List() }

@@ -199,8 +199,8 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	e.store.opts.Folder = filepath.Join(e.dir, "missing")
-	if _, err := e.store.List(); err == nil {
+	missing := NewStore(Options{Folder: filepath.Join(e.dir, "missing")})
+	if _, err := missing.List(); err == nil {
 		t.Error("List of a missing folder: no error")
 	}
 }

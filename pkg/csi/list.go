@@ -8,7 +8,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -77,7 +76,7 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	}
 	names, err := d.opts.Store.List()
 	if err != nil {
-		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Store.Folder(), err)
+		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Store.Location(), err)
 	}
 	seen := map[*upstream.Client]bool{}
 	var out []T
@@ -171,7 +170,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // or source_volume_id filter, asks only the connection that ID names.
 func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
-		out := proto.Clone(req).(*csi.ListSnapshotsRequest)
+		out := shallowCopy(req)
 		out.MaxEntries, out.StartingToken = max, tok
 		out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 		if req.GetSnapshotId() != "" {

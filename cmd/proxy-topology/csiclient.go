@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -359,12 +360,24 @@ func (f *capFlags) capability(fs *flag.FlagSet) (*csi.VolumeCapability, error) {
 
 // --- output -----------------------------------------------------------------
 
-var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+// marshalJSON is protojson re-indented by encoding/json: protojson varies
+// its whitespace on purpose, and output people diff should not.
+func marshalJSON(m proto.Message) ([]byte, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
 
 // emit prints resp as protojson with -o json, else runs text.
 func (c *csiClient) emit(resp proto.Message, text func(w io.Writer)) error {
 	if c.output == "json" {
-		b, err := jsonOut.Marshal(resp)
+		b, err := marshalJSON(resp)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -44,7 +43,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	// Never mutate the inbound request: edit a clone.
-	out := proto.Clone(req).(*csi.CreateVolumeRequest)
+	out := shallowCopy(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	out.AccessibilityRequirements = nil
@@ -166,7 +165,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, "DeleteVolume"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.DeleteVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "DeleteVolume", out, c.Controller.Controller.DeleteVolume)
@@ -182,7 +181,7 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
 	}
-	out := proto.Clone(req).(*csi.ValidateVolumeCapabilitiesRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
@@ -206,7 +205,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_VOLUME, "ControllerGetVolume"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.ControllerGetVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	resp, err := forward(ctx, c, c.Controller, "ControllerGetVolume", out, c.Controller.Controller.ControllerGetVolume)
 	if err != nil {
@@ -234,7 +233,7 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME, "ControllerExpandVolume"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.ControllerExpandVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerExpandVolume", out, c.Controller.Controller.ControllerExpandVolume)
@@ -253,7 +252,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, "CreateSnapshot"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.CreateSnapshotRequest)
+	out := shallowCopy(req)
 	out.SourceVolumeId = src.Handle
 	out.Parameters = mergeParameters(nil, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
@@ -287,7 +286,7 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, "DeleteSnapshot"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.DeleteSnapshotRequest)
+	out := shallowCopy(req)
 	out.SnapshotId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "DeleteSnapshot", out, c.Controller.Controller.DeleteSnapshot)
@@ -311,7 +310,7 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if !ok {
 		return &csi.GetCapacityResponse{AvailableCapacity: math.MaxInt64}, nil
 	}
-	out := proto.Clone(req).(*csi.GetCapacityRequest)
+	out := shallowCopy(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.AccessibleTopology = nil
 	return forward(ctx, c, c.Controller, "GetCapacity", out, c.Controller.Controller.GetCapacity)

@@ -6,7 +6,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
@@ -59,7 +58,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil || !stages {
 		return &csi.NodeStageVolumeResponse{}, err
 	}
-	out := proto.Clone(req).(*csi.NodeStageVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Node, "NodeStageVolume", out, c.Node.Node.NodeStageVolume)
@@ -79,7 +78,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil || !stages {
 		return &csi.NodeUnstageVolumeResponse{}, err
 	}
-	out := proto.Clone(req).(*csi.NodeUnstageVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	return forward(ctx, c, c.Node, "NodeUnstageVolume", out, c.Node.Node.NodeUnstageVolume)
 }
@@ -104,7 +103,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.NodePublishVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	if !stages {
@@ -123,7 +122,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if !ok {
 		return &csi.NodeUnpublishVolumeResponse{}, err
 	}
-	out := proto.Clone(req).(*csi.NodeUnpublishVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	return forward(ctx, c, c.Node, "NodeUnpublishVolume", out, c.Node.Node.NodeUnpublishVolume)
 }
@@ -143,7 +142,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		}
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.NodeGetVolumeStatsRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
 		return nil, err
@@ -166,7 +165,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		}
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.NodeExpandVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {

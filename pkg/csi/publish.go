@@ -6,7 +6,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -42,7 +41,7 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if !ok {
 		return &csi.ControllerPublishVolumeResponse{}, nil
 	}
-	out := proto.Clone(req).(*csi.ControllerPublishVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId, out.NodeId = id.Handle, nodeID
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerPublishVolume", out, c.Controller.Controller.ControllerPublishVolume)
@@ -71,7 +70,7 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if !has {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	out := proto.Clone(req).(*csi.ControllerUnpublishVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId, out.NodeId = id.Handle, nodeID
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerUnpublishVolume", out, c.Controller.Controller.ControllerUnpublishVolume)
@@ -97,7 +96,7 @@ func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME, "ControllerModifyVolume"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.ControllerModifyVolumeRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.MutableParameters = mergeParameters(nil, req.GetMutableParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
@@ -113,7 +112,7 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT, "GetSnapshot"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.GetSnapshotRequest)
+	out := shallowCopy(req)
 	out.SnapshotId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	resp, err := forward(ctx, c, c.Controller, "GetSnapshot", out, c.Controller.Controller.GetSnapshot)
@@ -135,7 +134,7 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, "ControllerGetVolumeHealth"); err != nil {
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.ControllerGetVolumeHealthRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	resp, err := forward(ctx, c, c.Controller, "ControllerGetVolumeHealth", out, c.Controller.Controller.ControllerGetVolumeHealth)
@@ -160,7 +159,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 		}
 		return nil, err
 	}
-	out := proto.Clone(req).(*csi.NodeGetVolumeHealthRequest)
+	out := shallowCopy(req)
 	out.VolumeId = id.Handle
 	resp, err := forward(ctx, c, c.Node, "NodeGetVolumeHealth", out, c.Node.Node.NodeGetVolumeHealth)
 	if err != nil {

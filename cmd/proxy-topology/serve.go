@@ -126,6 +126,7 @@ func serve(args []string) int {
 	var o Options
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	o.AddFlags(fs)
+	pprofAddress := addPprofFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -136,6 +137,10 @@ func serve(args []string) int {
 	}
 	if err := o.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "proxy-topology:", err)
+		return 2
+	}
+	if err := startPprof(*pprofAddress, log); err != nil {
+		fmt.Fprintln(os.Stderr, "proxy-topology: --pprof-address:", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -166,7 +171,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	version := buildVersion()
 	x.buildInfo(version, name, o.Mode)
 
-	srv := grpc.NewServer(pcsi.Interceptors(log, x.observers()...))
+	srv := grpc.NewServer(append(pcsi.ServerOptions(), pcsi.Interceptors(log, x.observers()...))...)
 	var driver *pcsi.Driver
 	var pool *upstream.Pool
 	switch cfg.Driver {

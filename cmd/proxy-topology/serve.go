@@ -92,7 +92,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", or(env("PROXY_TOPOLOGY_LOG_LEVEL"), "info"), "debug, info, warn or error (env PROXY_TOPOLOGY_LOG_LEVEL)")
 	fs.StringVar(&o.CSIName, "csi-name", env("PROXY_TOPOLOGY_CSI_NAME"), "driver name; overrides csiName in the config (env PROXY_TOPOLOGY_CSI_NAME)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may run after SIGTERM")
-	fs.StringVar(&o.MetricsAddress, "metrics-address", env("PROXY_TOPOLOGY_METRICS_ADDRESS"), "host:port serving /metrics, /healthz and /readyz, e.g. :9808; empty: off (env PROXY_TOPOLOGY_METRICS_ADDRESS)")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", env("PROXY_TOPOLOGY_METRICS_ADDRESS"), "host:port serving /metrics, /healthz and /readyz, e.g. :8080 (not 9808, the livenessprobe sidecar's port); empty: off (env PROXY_TOPOLOGY_METRICS_ADDRESS)")
 }
 
 // Validate checks the flags; errors name the flag.

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,13 @@ type fakeUpstream struct {
 	responses      map[string]proto.Message
 	unimplemented  map[string]bool
 	received       chan string
+
+	// listVolumes and listSnapshots are what ListVolumes and ListSnapshots
+	// serve, in pages of at most pageSize entries (0: as many as asked),
+	// with tokens "up-<index>" that any other value fails with ABORTED.
+	listVolumes   []*csi.ListVolumesResponse_Entry
+	listSnapshots []*csi.Snapshot
+	pageSize      int
 }
 
 // fakeCall is one request the fake received.
@@ -348,8 +356,68 @@ func (f *fakeUpstream) ControllerPublishVolume(context.Context, *csi.ControllerP
 	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"lun": "3"}}, nil
 }
 
-func (f *fakeUpstream) ListVolumes(context.Context, *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	return &csi.ListVolumesResponse{}, nil
+func (f *fakeUpstream) ControllerUnpublishVolume(context.Context, *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (f *fakeUpstream) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	entries, next, err := fakePage(f.listVolumes, req.GetStartingToken(), req.GetMaxEntries(), f.pageSize)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+func (f *fakeUpstream) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var match []*csi.Snapshot
+	for _, s := range f.listSnapshots {
+		if id := req.GetSnapshotId(); id != "" && s.GetSnapshotId() != id {
+			continue
+		}
+		if src := req.GetSourceVolumeId(); src != "" && s.GetSourceVolumeId() != src {
+			continue
+		}
+		match = append(match, s)
+	}
+	snaps, next, err := fakePage(match, req.GetStartingToken(), req.GetMaxEntries(), f.pageSize)
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListSnapshotsResponse{NextToken: next}
+	for _, s := range snaps {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: s})
+	}
+	return resp, nil
+}
+
+// fakePage returns the page of all that starts at token, at most max
+// entries (0: no limit) and at most pageSize (0: no limit), and the token
+// of the next page ("" after the last).
+func fakePage[T any](all []T, token string, max int32, pageSize int) ([]T, string, error) {
+	start := 0
+	if token != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(token, "up-"))
+		if !strings.HasPrefix(token, "up-") || err != nil || n <= 0 || n >= len(all) {
+			return nil, "", status.Errorf(codes.Aborted, "starting_token %q was not made by this upstream", token)
+		}
+		start = n
+	}
+	n := len(all) - start
+	if max > 0 && int(max) < n {
+		n = int(max)
+	}
+	if pageSize > 0 && pageSize < n {
+		n = pageSize
+	}
+	next := ""
+	if start+n < len(all) {
+		next = "up-" + strconv.Itoa(start+n)
+	}
+	return all[start : start+n], next, nil
 }
 
 func (f *fakeUpstream) NodeStageVolume(context.Context, *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {

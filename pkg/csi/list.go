@@ -169,6 +169,10 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // ListSnapshots lists every connection's snapshots, or, with a snapshot_id
 // or source_volume_id filter, asks only the connection that ID names.
 func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	// Checked here, not only in fanOut: a filtered listing bypasses it.
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "max_entries %d is negative", req.GetMaxEntries())
+	}
 	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
 		out := shallowCopy(req)
 		out.MaxEntries, out.StartingToken = max, tok

@@ -161,6 +161,9 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	}
 	out := shallowCopy(req)
 	out.VolumeId = id.Handle
+	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	resp, err := forward(ctx, c, c.Node, "NodeGetVolumeHealth", out, c.Node.Node.NodeGetVolumeHealth)
 	if err != nil {
 		return nil, err

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -87,12 +89,28 @@ type Client struct {
 	nodeCaps       map[csi.NodeServiceCapability_RPC_Type]bool
 }
 
+// reconnectBackoff caps the wait between attempts to reach an upstream
+// that went away at one second, as csi-lib-utils does for CSI sockets:
+// gRPC's default grows to two minutes, so calls would keep failing for up
+// to that long after a restarted upstream is back.
+var reconnectBackoff = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 20 * time.Second,
+}
+
 // CSI returns the shared client for an external endpoint (unix:///path or
 // host:port). grpc.NewClient does not dial, so this never blocks.
 func (p *Pool) CSI(endpoint string) (*Client, error) {
 	return p.get("csi:"+endpoint, func() (*Client, error) {
-		conn, err := grpc.NewClient(endpoint,
+		target := endpoint
+		if !strings.HasPrefix(endpoint, "unix:") {
+			// host:port, explicitly DNS: gRPC would read a host such as
+			// "unix-abstract" or "passthrough" as a scheme.
+			target = "dns:///" + endpoint
+		}
+		conn, err := grpc.NewClient(target,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(reconnectBackoff),
 			grpc.WithChainUnaryInterceptor(p.logCall(endpoint)),
 		)
 		if err != nil {

@@ -113,7 +113,7 @@ func ParseConnection(file string, data []byte, topo accessible.Options) (*Connec
 	// An empty file decodes to the zero Connection (io.EOF), so it fails
 	// validation with "driver: required" rather than a bare EOF.
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("file %s: %w", file, err)
+		return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 	}
 	// A second document would be silently ignored, and whatever it says
 	// (another driver, a topology list) with it.
@@ -233,6 +233,72 @@ func isHostname(s string) bool {
 		}
 	}
 	return true
+}
+
+// hideSecrets removes the values under csi.secrets from a decode error.
+// yaml.v3 quotes the offending value in type errors ("cannot unmarshal
+// !!str `pw=hunter2` into map[string]string"), and a decode error is
+// logged and returned to the CO, which shows it in events.
+func hideSecrets(msg string, data []byte) string {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return msg // a syntax error: yaml.v3 quotes no values in those
+	}
+	var values []string
+	seen := map[*yaml.Node]bool{} // an alias may point at its own ancestor
+	var collect func(n *yaml.Node)
+	collect = func(n *yaml.Node) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		switch n.Kind {
+		case yaml.ScalarNode:
+			values = append(values, n.Value)
+		case yaml.MappingNode:
+			for i := 1; i < len(n.Content); i += 2 {
+				collect(n.Content[i])
+			}
+		case yaml.SequenceNode, yaml.DocumentNode:
+			for _, c := range n.Content {
+				collect(c)
+			}
+		case yaml.AliasNode:
+			collect(n.Alias)
+		}
+	}
+	if n := mappingValue(mappingValue(&doc, "csi"), "secrets"); n != nil {
+		collect(n)
+	}
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		// yaml.v3 shows a value of up to 10 bytes whole and a longer one
+		// as its first 7 bytes and "...".
+		msg = strings.ReplaceAll(msg, "`"+v+"`", "`(secret)`")
+		if len(v) > 10 {
+			msg = strings.ReplaceAll(msg, "`"+v[:7]+"...`", "`(secret)`")
+		}
+	}
+	return msg
+}
+
+// mappingValue returns the value node of key in a mapping (or in a
+// document holding one), nil if there is none.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // connectionKeys lists the keys allowed under each path; "[]" stands for

@@ -1,0 +1,87 @@
+package connection
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestGetSpecialAndHugeFiles: a connection file that is a FIFO, a device
+// or bigger than MaxFileSize fails its own connection at once with a
+// precise reason; it never blocks the call or fills memory, and other
+// connections keep loading.
+func TestGetSpecialAndHugeFiles(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, path string)
+		want  string
+	}{
+		{"fifo", func(t *testing.T, path string) {
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+			// Unblock a reader that waits for a writer, so a regression
+			// fails the test instead of leaving a goroutine stuck.
+			t.Cleanup(func() {
+				if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+			})
+		}, "is not a regular file (mode p"},
+		{"device", func(t *testing.T, path string) {
+			if err := os.Symlink("/dev/null", path); err != nil {
+				t.Fatal(err)
+			}
+		}, "is not a regular file (mode Dc"},
+		{"over the limit", func(t *testing.T, path string) {
+			data := []byte(connA + "# " + strings.Repeat("x", MaxFileSize) + "\n")
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "is larger than the 1024 KiB limit for a connection file"},
+	}
+	for _, mode := range cacheModes {
+		for _, tt := range tests {
+			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
+				e := newEnv(t, mode.timeout)
+				e.write("good", connA)
+				tt.setup(t, e.path("bad"))
+				type result struct {
+					c   *Connection
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					c, err := e.store.Get("bad")
+					done <- result{c, err}
+				}()
+				var r result
+				select {
+				case r = <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Get blocked on the file")
+				}
+				if r.c != nil || !errors.Is(r.err, ErrBroken) {
+					t.Fatalf("Get(bad) = %v, %v; want ErrBroken", r.c, r.err)
+				}
+				if !strings.Contains(r.err.Error(), tt.want) || !strings.Contains(r.err.Error(), filepath.Base(e.path("bad"))) {
+					t.Errorf("error %q does not contain %q and the file name", r.err, tt.want)
+				}
+				if got := e.endpoint("good"); got != "unix:///csi/a.sock" {
+					t.Errorf("good connection: endpoint %q", got)
+				}
+			})
+		}
+	}
+	// Exactly MaxFileSize is fine.
+	e := newEnv(t, 0)
+	pad := MaxFileSize - len(connA) - len("# \n")
+	e.write("big", connA+"# "+strings.Repeat("x", pad)+"\n")
+	if got := e.endpoint("big"); got != "unix:///csi/a.sock" {
+		t.Errorf("file of exactly %d bytes: endpoint %q", MaxFileSize, got)
+	}
+}

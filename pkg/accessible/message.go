@@ -14,6 +14,10 @@ import (
 const (
 	maxShownTopologies = 5
 	maxShownSegments   = 8
+	// maxShownBytes cuts a key or value at the CSI string limit: anything
+	// longer is invalid as sent, and echoing a 256 KiB value would put it
+	// into every log line and event about the claim.
+	maxShownBytes = 128
 )
 
 // notAccessibleMessage explains a refusal: what was asked, as the CO sent it,
@@ -80,9 +84,22 @@ func writeSegments(sb *strings.Builder, segments []segment) {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		sb.WriteString(s.key)
+		writeShort(sb, s.key)
 		sb.WriteByte('=')
-		sb.WriteString(s.value)
+		writeShort(sb, s.value)
 	}
 	sb.WriteByte('}')
+}
+
+// writeShort writes s, cut to maxShownBytes with "…(N bytes)" saying how
+// long it was.
+func writeShort(sb *strings.Builder, s string) {
+	if len(s) <= maxShownBytes {
+		sb.WriteString(s)
+		return
+	}
+	sb.WriteString(strings.ToValidUTF8(s[:maxShownBytes], ""))
+	sb.WriteString("…(")
+	sb.WriteString(strconv.Itoa(len(s)))
+	sb.WriteString(" bytes)")
 }

@@ -78,16 +78,27 @@ type testProxy struct {
 // stopped when the test ends, and the log is checked for secrets then.
 func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
 	t.Helper()
+	return startProxyStore(t, nil, opts...)
+}
+
+// startProxyStore is startProxy with storeOpt editing the connection store's
+// options (say, its cache timeout) before the store is made.
+func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
+	t.Helper()
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	folder := t.TempDir()
 
 	pool := upstream.NewPool(log)
 	t.Cleanup(pool.Close)
-	store := connection.NewStore(connection.Options{
+	so := connection.Options{
 		// Re-read on every call so a test can add or remove files.
 		Folder: folder, CacheTimeout: 0, Topology: testTopology, Pool: pool, Log: log,
-	})
+	}
+	if storeOpt != nil {
+		storeOpt(&so)
+	}
+	store := connection.NewStore(so)
 	o := pcsi.Options{
 		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
 		Topology: testTopology, Log: log, RollbackTimeout: 5 * time.Second,

@@ -253,6 +253,19 @@ func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceC
 	return ok, nil
 }
 
+// requireNode fails with INVALID_ARGUMENT when the connection's node
+// upstream lacks a node capability.
+func requireNode(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type, method string) error {
+	ok, err := nodeHas(ctx, c, cap)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return unsupported(c, method)
+	}
+	return nil
+}
+
 // merge returns defaults overlaid by values (values win). It never mutates
 // either map. Secrets are merged with it as they are: a secret may well be
 // called "connection".

@@ -136,10 +136,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS); err != nil || !ok {
-		if err == nil {
-			err = unsupported(c, "NodeGetVolumeStats")
-		}
+	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS, "NodeGetVolumeStats"); err != nil {
 		return nil, err
 	}
 	out := shallowCopy(req)
@@ -159,10 +156,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME); err != nil || !ok {
-		if err == nil {
-			err = unsupported(c, "NodeExpandVolume")
-		}
+	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME, "NodeExpandVolume"); err != nil {
 		return nil, err
 	}
 	out := shallowCopy(req)

@@ -153,10 +153,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH); err != nil || !ok {
-		if err == nil {
-			err = unsupported(c, "NodeGetVolumeHealth")
-		}
+	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, "NodeGetVolumeHealth"); err != nil {
 		return nil, err
 	}
 	out := shallowCopy(req)

@@ -53,8 +53,14 @@ type Main struct {
 
 // Proxy is the proxy section of the main config.
 type Proxy struct {
-	// ConfigFolder holds one <connection>.yaml per connection. Required.
+	// ConfigFolder holds one <connection>.yaml per connection. Exactly one
+	// of ConfigFolder and ConfigSecret is required.
 	ConfigFolder string `koanf:"configFolder"`
+	// ConfigSecret is "<namespace>/<name>" of a Secret whose keys
+	// <connection>.yaml are the connection files, watched through the API
+	// (needs get, list and watch on it) instead of read from a mounted
+	// folder, so updates apply within seconds.
+	ConfigSecret string `koanf:"configSecret"`
 	// DefaultConnection serves requests without a connection parameter;
 	// empty means such requests are refused.
 	DefaultConnection string `koanf:"defaultConnection"`
@@ -164,8 +170,15 @@ func (l *Loaded) validate() error {
 	}
 	switch l.Driver {
 	case DriverProxy:
-		if l.Proxy.ConfigFolder == "" {
+		switch p := l.Proxy; {
+		case p.ConfigFolder == "" && p.ConfigSecret == "":
 			add("proxy.configFolder", "required for driver: proxy")
+		case p.ConfigFolder != "" && p.ConfigSecret != "":
+			add("proxy.configSecret", "set together with proxy.configFolder; connections come from one of them")
+		case p.ConfigSecret != "":
+			if err := validateSecretRef(p.ConfigSecret); err != nil {
+				add("proxy.configSecret", "%v", err)
+			}
 		}
 		if d := l.Proxy.DefaultConnection; d != "" {
 			if err := ids.ValidateConnectionName(d); err != nil {
@@ -193,6 +206,40 @@ func (l *Loaded) validate() error {
 		add("driver", "%q is not one of proxy, local-hostpath", l.Driver)
 	}
 	return errors.Join(errs...)
+}
+
+// validateSecretRef checks "<namespace>/<name>": a namespace is a DNS
+// label, a Secret name a DNS subdomain.
+func validateSecretRef(ref string) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || strings.Contains(name, "/") {
+		return fmt.Errorf("%q: want <namespace>/<name>", ref)
+	}
+	if !isDNSLabel(ns) {
+		return fmt.Errorf("%q: namespace %q is not a valid namespace name (lowercase alphanumerics and '-', at most 63)", ref, ns)
+	}
+	if len(name) > 253 || name == "" {
+		return fmt.Errorf("%q: secret name %q must be 1 to 253 characters", ref, name)
+	}
+	for _, part := range strings.Split(name, ".") {
+		if !isDNSLabel(part) {
+			return fmt.Errorf("%q: secret name %q is not a valid DNS subdomain (lowercase alphanumerics, '-' and '.')", ref, name)
+		}
+	}
+	return nil
+}
+
+// isDNSLabel reports whether s is an RFC 1123 label.
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateCSIName checks a CSI driver name: at most 63 characters, begins

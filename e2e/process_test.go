@@ -40,6 +40,8 @@ type processSpec struct {
 	// env is added to the cleaned environment (see baseEnv).
 	env       []string
 	logFormat string
+	// args are more serve flags, after the ones every process gets.
+	args []string
 }
 
 // process is a running proxy-topology with its socket and log file.
@@ -112,6 +114,7 @@ func launch(t *testing.T, dir string, spec processSpec) *process {
 		"--log-level", "debug",
 		"--log-format", format,
 	}
+	args = append(args, spec.args...)
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(baseEnv(), spec.env...)
 	if raceEnabled && os.Getenv("GORACE") == "" {

@@ -23,7 +23,9 @@ type callKey struct{}
 // call carries per-request facts that handlers learn (the connection) to
 // the logging interceptor, which runs outside them.
 type call struct {
-	id         string
+	// id is the request number; RequestID formats it only when a log line
+	// or an error message needs it.
+	id         uint64
 	connection atomic.Pointer[string]
 }
 
@@ -37,7 +39,7 @@ func setConnection(ctx context.Context, name string) {
 // RequestID returns the id the interceptor assigned to this request.
 func RequestID(ctx context.Context) string {
 	if c, ok := ctx.Value(callKey{}).(*call); ok {
-		return c.id
+		return strconv.FormatUint(c.id, 10)
 	}
 	return ""
 }
@@ -66,16 +68,21 @@ type Observer interface {
 	ObserveRPC(method, connection string, code codes.Code, d time.Duration)
 }
 
-// Interceptors returns the server chain: request id, then logging (which
-// also reports to the observers), then panic recovery closest to the
-// handler so a recovered panic is logged like any other failed call.
+// Interceptors returns the server interceptor: request id, then logging
+// (which also reports to the observers), then panic recovery closest to
+// the handler so a recovered panic is logged like any other failed call.
+//
+// The three run as one interceptor rather than a gRPC chain, which links
+// its links with two closures built on every call; and the request id is
+// formatted only when something prints it.
 func Interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
-	return grpc.ChainUnaryInterceptor(requestIDInterceptor, loggingInterceptor(log, observers), recoveryInterceptor(log))
-}
-
-func requestIDInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	c := &call{id: strconv.FormatUint(requestCounter.Add(1), 10)}
-	return handler(context.WithValue(ctx, callKey{}, c), req)
+	logged, recovered := loggingInterceptor(log, observers), recoveryInterceptor(log)
+	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx = context.WithValue(ctx, callKey{}, &call{id: requestCounter.Add(1)})
+		return logged(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return recovered(ctx, req, info, handler)
+		})
+	})
 }
 
 // quiet methods are polled by sidecars; logging them at info would drown

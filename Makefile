@@ -39,8 +39,12 @@ sanity:
 e2e:
 	$(GO) test $(TESTFLAGS) -timeout 20m ./e2e/...
 
+## bench: Go micro-benchmarks, then bench/ptbench: proxy-topology against a raw
+## gRPC forwarder and a no-op upstream, scale, memory; writes bench/results.json
+## and fails if a target of docs/performance.md is missed
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

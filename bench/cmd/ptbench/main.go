@@ -1,0 +1,214 @@
+// Command ptbench measures what proxy-topology costs on top of the
+// unavoidable cost of one extra gRPC hop. In one run it starts a no-op CSI
+// upstream, a raw byte-forwarding gRPC proxy (the floor) and the real
+// proxy-topology binary, measures the three paths in interleaved rounds,
+// checks scale with 10,000 connection files, Probe latency and memory, runs
+// the rule-evaluation and requirement-matching micro-benchmarks, writes
+// bench/results.json and prints one line per target. It exits non-zero when
+// a target is missed. See docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "noop":
+			os.Exit(noopMain(os.Args[2:]))
+		case "raw":
+			os.Exit(rawMain(os.Args[2:]))
+		}
+	}
+	os.Exit(benchMain(os.Args[1:]))
+}
+
+// options are the benchmark's knobs; the defaults keep a run to a couple
+// of minutes on 2 cores.
+type options struct {
+	out string
+	// rounds1 rounds of n1 calls per path measure concurrency 1 (and Probe
+	// and scale); rounds64 rounds of n64 calls the high concurrency. Short
+	// rounds interleave the paths finely, so load that other processes put
+	// on the machine falls on every path alike.
+	rounds1, rounds64 int
+	n1, n64           int
+	conc              int
+	connections       int
+	probeN            int
+	microTime         string
+	keep              bool
+	proxyBin          string
+	// profile, when set, only profiles the proxy into this directory.
+	profile        string
+	profileSeconds int
+	rawWorkers     int
+	// methods are measured on the three paths; skip leaves parts out
+	// (for experiments: the targets of a skipped part MISS).
+	methods []string
+	skip    map[string]bool
+}
+
+func benchMain(args []string) int {
+	var o options
+	fs := flag.NewFlagSet("ptbench", flag.ExitOnError)
+	fs.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
+	fs.IntVar(&o.rounds1, "rounds1", 200, "interleaved rounds at concurrency 1 (also Probe and scale)")
+	fs.IntVar(&o.n1, "n1", 20, "calls per path per round at concurrency 1")
+	fs.IntVar(&o.rounds64, "rounds64", 24, "interleaved rounds at the high concurrency")
+	fs.IntVar(&o.n64, "n64", 1600, "calls per path per round at the high concurrency")
+	fs.IntVar(&o.conc, "concurrency", 64, "the high concurrency")
+	fs.IntVar(&o.connections, "connections", 10000, "connection files for the scale and memory measurements")
+	fs.IntVar(&o.probeN, "probe-n", 25, "Probe calls per path per round")
+	fs.StringVar(&o.microTime, "benchtime", "1s", "go test -benchtime for the micro-benchmarks")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, sockets, process logs)")
+	fs.StringVar(&o.proxyBin, "proxy-bin", "", "use this proxy-topology binary instead of building one")
+	fs.StringVar(&o.profile, "profile", "", "instead of measuring, write CPU and allocation profiles of the proxy under load into this directory")
+	fs.IntVar(&o.rawWorkers, "raw-workers", int(pcsi.StreamWorkers), "grpc.NumStreamWorkers of the raw forwarder (the same as proxy-topology's, so both hops are served alike); 0: a goroutine per call")
+	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
+	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the three paths")
+	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, scale, micro")
+	_ = fs.Parse(args)
+	o.methods = strings.Split(*methods, ",")
+	o.skip = map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		o.skip[s] = s != ""
+	}
+
+	if o.profile != "" {
+		if err := runProfile(o); err != nil {
+			fmt.Fprintln(os.Stderr, "ptbench:", err)
+			return 1
+		}
+		return 0
+	}
+	if root, err := moduleRoot(); err == nil && !filepath.IsAbs(o.out) {
+		o.out = filepath.Join(root, o.out)
+	}
+	res, err := run(o)
+	if res != nil {
+		printReport(os.Stdout, res)
+		if werr := writeJSON(o.out, res); werr != nil {
+			fmt.Fprintln(os.Stderr, "ptbench:", werr)
+			return 1
+		}
+		fmt.Printf("results written to %s\n", o.out)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ptbench:", err)
+		return 1
+	}
+	for _, t := range res.Targets {
+		fmt.Println(t.Line())
+	}
+	for _, t := range res.Targets {
+		if !t.OK {
+			return 1
+		}
+	}
+	return 0
+}
+
+// moduleRoot finds the directory holding go.mod, from the working directory
+// up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory; run ptbench from the repository")
+		}
+		dir = parent
+	}
+}
+
+// setup finds the repository, makes the temporary directory and builds
+// the proxy; cleanup removes the directory.
+func setup(o *options) (root, dir, bin string, cleanup func(), err error) {
+	if root, err = moduleRoot(); err != nil {
+		return "", "", "", nil, err
+	}
+	if dir, err = os.MkdirTemp("", "ptbench-"); err != nil {
+		return "", "", "", nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if o.keep {
+		fmt.Println("keeping", dir)
+		cleanup = func() {}
+	}
+	bin = o.proxyBin
+	if bin == "" {
+		bin = filepath.Join(dir, "proxy-topology")
+		fmt.Println("building proxy-topology ...")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/proxy-topology")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			cleanup()
+			return "", "", "", nil, fmt.Errorf("go build ./cmd/proxy-topology: %w", err)
+		}
+	}
+	return root, dir, bin, cleanup, nil
+}
+
+func runProfile(o options) error {
+	_, dir, bin, cleanup, err := setup(&o)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	b, err := startBench(ctx, dir, bin, o)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	return b.profile(ctx, o.profile, o.profileSeconds)
+}
+
+func run(o options) (*Results, error) {
+	res := &Results{Time: time.Now().UTC(), Machine: machineInfo(), Settings: settings(o)}
+	fmt.Printf("machine: %d CPUs, %s, %s, load average %s\n", res.Machine.NumCPU, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.LoadStart)
+	fmt.Printf("settings: per path, %d rounds x %d calls at c=1 (Probe: x %d), %d rounds x %d calls at c=%d; %d connection files\n",
+		o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections)
+	root, dir, bin, cleanup, err := setup(&o)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	b, err := startBench(ctx, dir, bin, o)
+	if err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if err := b.measure(ctx, res); err != nil {
+		return res, err
+	}
+	b.stop()
+
+	if !o.skip["micro"] {
+		fmt.Println("micro-benchmarks ...")
+		res.Micro, err = microBenchmarks(root, o.microTime)
+	}
+	res.Machine.LoadEnd = loadAvg()
+	res.Targets = targets(res)
+	return res, err
+}

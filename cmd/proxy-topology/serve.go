@@ -51,6 +51,10 @@ type Options struct {
 	// MetricsAddress (host:port) serves /metrics, /healthz and /readyz;
 	// empty serves none of them.
 	MetricsAddress string
+	// Kubeconfig is used for the Kubernetes API (nodeLabel rules,
+	// proxy.configSecret); empty means the pod's ServiceAccount. The API
+	// is not touched when neither is configured.
+	Kubeconfig string
 
 	// listening, if set, is called once the CSI socket serves, with the
 	// bound metrics address ("" when off); tests wait on it.
@@ -93,6 +97,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CSIName, "csi-name", env("PROXY_TOPOLOGY_CSI_NAME"), "driver name; overrides csiName in the config (env PROXY_TOPOLOGY_CSI_NAME)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may run after SIGTERM")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", env("PROXY_TOPOLOGY_METRICS_ADDRESS"), "host:port serving /metrics, /healthz and /readyz, e.g. :8080 (not 9808, the livenessprobe sidecar's port); empty: off (env PROXY_TOPOLOGY_METRICS_ADDRESS)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG"), "kubeconfig for nodeLabel rules and proxy.configSecret (env KUBECONFIG); empty: the pod's ServiceAccount")
 }
 
 // Validate checks the flags; errors name the flag.
@@ -243,8 +248,16 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	if cfg.Proxy.CacheTimeoutMinutes < 0 {
 		timeout = -1
 	}
+	var src connection.Source
+	if ref := cfg.Proxy.ConfigSecret; ref != "" {
+		ss, err := secretSource(ctx, o, ref, version, log)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: proxy.configSecret: %w", cfg.File, err)
+		}
+		src = ss
+	}
 	store := connection.NewStore(x.storeOptions(connection.Options{
-		Folder: cfg.Proxy.ConfigFolder, CacheTimeout: timeout, Topology: topo,
+		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
 	}))
 	x.watchStore(store)
@@ -259,7 +272,11 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
 	}
 	if o.Mode != pcsi.ModeController {
-		res := ev.Evaluate(nodetopology.Gather(ctx, ev, o.NodeID, nil))
+		in, err := gatherNodeInputs(ctx, o, ev, version, log)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", cfg.File, err)
+		}
+		res := ev.Evaluate(in)
 		x.nodeTopology(res)
 		for _, r := range res.Rules {
 			log.Debug("node topology rule", "index", r.Index, "key", r.Key, "status", r.Status, "value", r.Value, "reason", r.Reason)
@@ -271,7 +288,11 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 			log.Info("node topology", "segments", formatSegments(res.Segments))
 		}
 	}
-	if _, err := os.Stat(cfg.Proxy.ConfigFolder); err != nil {
+	if src != nil {
+		if names, err := store.List(); err == nil {
+			log.Info("connections", "source", store.Location(), "names", strings.Join(names, ","))
+		}
+	} else if _, err := os.Stat(cfg.Proxy.ConfigFolder); err != nil {
 		log.Warn("connection folder is not readable yet; calls will fail until it is", "folder", cfg.Proxy.ConfigFolder, "error", err)
 	} else if names, err := store.List(); err == nil {
 		log.Info("connections", "folder", cfg.Proxy.ConfigFolder, "names", strings.Join(names, ","))

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/kube"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+)
+
+var klogOnce sync.Once
+
+// kubeClient builds the core/v1 client from --kubeconfig or the pod's
+// ServiceAccount. client-go logs through klog; that goes to our logger so
+// a cluster sees one log format.
+func kubeClient(o Options, version string, log *slog.Logger) (*kubeCore, error) {
+	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+	cfg, err := kube.RESTConfig(o.Kubeconfig, "proxy-topology/"+version)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kubeCore{c, cfg.Host}, nil
+}
+
+// gatherNodeInputs reads the node's topology inputs; with nodeLabel rules
+// that includes its Node object, with retries (kube.DefaultBackoff). When
+// the labels cannot be read it fails rather than let the node register
+// without the segments those rules would add: kubelet never updates a
+// registered node's segments, while a failed start is retried by the
+// pod's restart policy.
+func gatherNodeInputs(ctx context.Context, o Options, ev *nodetopology.Evaluator, version string, log *slog.Logger) (nodetopology.Inputs, error) {
+	var src nodetopology.LabelSource
+	host := ""
+	if ev.NeedsLabels() {
+		c, err := kubeClient(o, version, log)
+		if err != nil {
+			return nodetopology.Inputs{}, fmt.Errorf("proxy.nodeTopology: nodeLabel rules read the Node object: %w", err)
+		}
+		src, host = &kube.NodeLabelSource{Nodes: c, Log: log}, c.host
+	}
+	in := nodetopology.Gather(ctx, ev, o.NodeID, src)
+	if in.LabelsErr != nil {
+		return in, fmt.Errorf("proxy.nodeTopology: nodeLabel rules (API server %s): %w", host, in.LabelsErr)
+	}
+	return in, nil
+}
+
+// secretSource starts the informer on proxy.configSecret and waits for
+// its first list.
+func secretSource(ctx context.Context, o Options, ref, version string, log *slog.Logger) (*kube.SecretSource, error) {
+	ns, name, err := kube.ParseSecretRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubeClient(o, version, log)
+	if err != nil {
+		return nil, err
+	}
+	src := kube.NewSecretSource(c, ns, name, log)
+	if err := kube.StartSecretSource(ctx, src); err != nil {
+		return nil, fmt.Errorf("API server %s: %w", c.host, err)
+	}
+	return src, nil
+}
+
+// kubeCore is a client and the API server it talks to, for messages.
+type kubeCore struct {
+	corev1client.CoreV1Interface
+	host string
+}
+
+var _ connection.Source = (*kube.SecretSource)(nil)

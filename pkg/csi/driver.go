@@ -219,6 +219,9 @@ func upstreamContext(ctx context.Context, c *connection.Connection) (context.Con
 // controllerHas reports whether the connection's controller upstream has a
 // controller capability.
 func controllerHas(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
+	if ok, known := c.Controller.CachedController(cap); known {
+		return ok, nil
+	}
 	ctx, cancel := upstreamContext(ctx, c)
 	defer cancel()
 	ok, err := c.Controller.HasController(ctx, cap)
@@ -244,6 +247,9 @@ func requireController(ctx context.Context, c *connection.Connection, cap csi.Co
 // nodeHas reports whether the connection's node upstream has a node
 // capability.
 func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
+	if ok, known := c.Node.CachedNode(cap); known {
+		return ok, nil
+	}
 	ctx, cancel := upstreamContext(ctx, c)
 	defer cancel()
 	ok, err := c.Node.HasNode(ctx, cap)

@@ -231,6 +231,24 @@ func (c *Client) HasController(ctx context.Context, cap csi.ControllerServiceCap
 	return caps[cap], nil
 }
 
+// CachedController answers HasController without a call: known is false
+// until discovery has succeeded once. Callers check it first so the hot
+// path builds no context (and starts no timer) for an answer in memory.
+func (c *Client) CachedController(cap csi.ControllerServiceCapability_RPC_Type) (has, known bool) {
+	c.mu.Lock()
+	caps := c.controllerCaps
+	c.mu.Unlock()
+	return caps[cap], caps != nil
+}
+
+// CachedNode is CachedController for node capabilities.
+func (c *Client) CachedNode(cap csi.NodeServiceCapability_RPC_Type) (has, known bool) {
+	c.mu.Lock()
+	caps := c.nodeCaps
+	c.mu.Unlock()
+	return caps[cap], caps != nil
+}
+
 // HasNode is HasController for node capabilities.
 func (c *Client) HasNode(ctx context.Context, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
 	c.mu.Lock()

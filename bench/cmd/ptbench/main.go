@@ -49,7 +49,9 @@ type options struct {
 	microTime         string
 	keep              bool
 	proxyBin          string
-	// profile, when set, only profiles the proxy into this directory.
+	// profile, when set, replaces the measurements: CPU and allocation
+	// profiles of the raw forwarder and the proxy under load go into this
+	// directory.
 	profile        string
 	profileSeconds int
 	rawWorkers     int
@@ -192,6 +194,7 @@ func run(o options) (*Results, error) {
 		return nil, err
 	}
 	defer cleanup()
+	res.Revision = revision(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	b, err := startBench(ctx, dir, bin, o)
@@ -211,4 +214,15 @@ func run(o options) (*Results, error) {
 	res.Machine.LoadEnd = loadAvg()
 	res.Targets = targets(res)
 	return res, err
+}
+
+// revision names the measured source tree, e.g. 5cf45b0-dirty.
+func revision(root string) string {
+	cmd := exec.Command("git", "describe", "--tags", "--always", "--dirty")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }

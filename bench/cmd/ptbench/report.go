@@ -16,11 +16,14 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/bench/load"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 // Results is bench/results.json.
 type Results struct {
-	Time     time.Time      `json:"time"`
+	Time time.Time `json:"time"`
+	// Revision is git describe of the measured tree.
+	Revision string         `json:"revision"`
 	Machine  Machine        `json:"machine"`
 	Settings map[string]any `json:"settings"`
 	// Paths: direct, raw and proxy for each method and concurrency.
@@ -149,7 +152,7 @@ func targets(res *Results) []Target {
 }
 
 func printReport(w io.Writer, res *Results) {
-	fmt.Fprintf(w, "\nproxy-topology benchmark, %s\n", res.Time.Format(time.RFC3339))
+	fmt.Fprintf(w, "\nproxy-topology %s benchmark, %s\n", res.Revision, res.Time.Format(time.RFC3339))
 	fmt.Fprintf(w, "machine: %d CPUs, %s, %s, %s; load average %s at start, %s at end\n",
 		res.Machine.NumCPU, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.Kernel, res.Machine.LoadStart, res.Machine.LoadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -198,7 +201,7 @@ func settings(o options) map[string]any {
 	return map[string]any{
 		"rounds_c1": o.rounds1, "calls_per_round_c1": o.n1, "rounds_high": o.rounds64, "calls_per_round_high": o.n64,
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
-		"benchtime": o.microTime,
+		"benchtime": o.microTime, "raw_stream_workers": o.rawWorkers, "proxy_stream_workers": int(pcsi.StreamWorkers),
 	}
 }
 

@@ -40,9 +40,8 @@ func faultConn(endpoint string) string {
 var faultReasons = []string{
 	"has no file",                            // deleted
 	"driver: required",                       // truncated, or cut before "driver"
-	`driver: "c" is not one of`,              // cut inside "csi"
-	`driver: "cs" is not one of`,             //
-	"yaml: ",                                 // invalid YAML
+	"is not one of csi, local-hostpath",      // cut inside a driver name
+	"yaml: ",                                 // invalid YAML, or cut to a scalar
 	"is only valid in the main config",       // driver: proxy
 	`csi.endpoint: "Unix:relative.sock"`,     // an endpoint that is no endpoint
 	"is a directory",                         // replaced by a directory

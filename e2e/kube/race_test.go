@@ -1,0 +1,5 @@
+//go:build race
+
+package kube
+
+func init() { raceEnabled = true }

@@ -270,3 +270,9 @@ func contains(l []string, s string) bool {
 	}
 	return false
 }
+
+// TestHelmLint: the chart passes `helm lint --strict`.
+func TestHelmLint(t *testing.T) {
+	need(t)
+	run(t, tools["HELM"], "lint", "--strict", "deploy/helm/proxy-topology")
+}

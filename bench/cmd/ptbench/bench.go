@@ -27,6 +27,9 @@ func connName(i int) string { return fmt.Sprintf("c%05d", i) }
 type bench struct {
 	o                    options
 	noop, raw, p1, pMany *proc
+	// compare is a second one-connection proxy built from another tree
+	// (-compare), measured as one more path.
+	compare *proc
 	// written is when the last connection file was written.
 	written time.Time
 	// pprofAddress serves proxy-1's profiles and rawPprofAddress the raw
@@ -35,10 +38,10 @@ type bench struct {
 }
 
 func (b *bench) stop() {
-	for _, p := range []*proc{b.pMany, b.p1, b.raw, b.noop} {
+	for _, p := range []*proc{b.compare, b.pMany, b.p1, b.raw, b.noop} {
 		p.stop()
 	}
-	b.noop, b.raw, b.p1, b.pMany = nil, nil, nil, nil
+	b.noop, b.raw, b.p1, b.pMany, b.compare = nil, nil, nil, nil, nil
 }
 
 // startBench starts the no-op upstream, the raw forwarder, and two
@@ -71,6 +74,10 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		return nil, err
 	}
 	startProxy := func(name string, n int, extra ...string) (*proc, error) {
+		bin := bin
+		if name == "compare" {
+			bin = o.compare
+		}
 		cfg, err := writeProxyConfig(filepath.Join(dir, name), "unix://"+noopSock, n)
 		if err != nil {
 			return nil, err
@@ -93,6 +100,11 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	}
 	if o.profile != "" {
 		return b, nil
+	}
+	if o.compare != "" {
+		if b.compare, err = startProxy("compare", 1); err != nil {
+			return nil, err
+		}
 	}
 	fmt.Printf("writing %d connection files ...\n", o.connections)
 	if b.pMany, err = startProxy(fmt.Sprintf("proxy-%d", o.connections), o.connections); err != nil {
@@ -172,6 +184,12 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		name, conn string
 		p          *proc
 	}{{"direct", "", b.noop}, {"raw", "", b.raw}, {"proxy", connName(0), b.p1}}
+	if b.compare != nil {
+		paths = append(paths, struct {
+			name, conn string
+			p          *proc
+		}{"compare", connName(0), b.compare})
+	}
 	for _, method := range b.o.methods {
 		for _, conc := range []int{1, b.o.conc} {
 			if b.o.skip["c"+fmt.Sprint(conc)] {
@@ -265,7 +283,10 @@ func (b *bench) check(ctx context.Context) error {
 			return fmt.Errorf("%s: CreateVolume = %v, %v", p.name, resp, err)
 		}
 	}
-	for _, p := range []*proc{b.p1, b.pMany} {
+	for _, p := range []*proc{b.p1, b.pMany, b.compare} {
+		if p == nil {
+			continue
+		}
 		resp, err := csi.NewControllerClient(p.conn).CreateVolume(ctx, createRequest("check", connName(0)))
 		if err != nil {
 			return fmt.Errorf("%s: CreateVolume: %w", p.name, err)

@@ -55,6 +55,9 @@ type options struct {
 	profile        string
 	profileSeconds int
 	rawWorkers     int
+	// compare is another proxy-topology binary measured as the path
+	// "compare" next to "proxy", for A/B tests of a change.
+	compare string
 	// methods are measured on the three paths; skip leaves parts out
 	// (for experiments: the targets of a skipped part MISS).
 	methods []string
@@ -78,6 +81,7 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.profile, "profile", "", "instead of measuring, write CPU and allocation profiles of the proxy under load into this directory")
 	fs.IntVar(&o.rawWorkers, "raw-workers", int(pcsi.StreamWorkers), "grpc.NumStreamWorkers of the raw forwarder (the same as proxy-topology's, so both hops are served alike); 0: a goroutine per call")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
+	fs.StringVar(&o.compare, "compare", "", "another proxy-topology binary, measured as one more path (compare) in the same rounds: an A/B test of a change")
 	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the three paths")
 	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, scale, micro")
 	_ = fs.Parse(args)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sync"
 
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -19,17 +18,13 @@ var klogOnce sync.Once
 // kubeClient builds the core/v1 client from --kubeconfig or the pod's
 // ServiceAccount. client-go logs through klog; that goes to our logger so
 // a cluster sees one log format.
-func kubeClient(o Options, version string, log *slog.Logger) (*kubeCore, error) {
+func kubeClient(o Options, version string, log *slog.Logger) (*kube.Client, error) {
 	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
 	cfg, err := kube.RESTConfig(o.Kubeconfig, "proxy-topology/"+version)
 	if err != nil {
 		return nil, err
 	}
-	c, err := kube.NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &kubeCore{c, cfg.Host}, nil
+	return kube.NewClient(cfg)
 }
 
 // gatherNodeInputs reads the node's topology inputs; with nodeLabel rules
@@ -46,7 +41,7 @@ func gatherNodeInputs(ctx context.Context, o Options, ev *nodetopology.Evaluator
 		if err != nil {
 			return nodetopology.Inputs{}, fmt.Errorf("proxy.nodeTopology: nodeLabel rules read the Node object: %w", err)
 		}
-		src, host = &kube.NodeLabelSource{Nodes: c, Log: log}, c.host
+		src, host = &kube.NodeLabelSource{Nodes: c, Log: log}, c.Host
 	}
 	in := nodetopology.Gather(ctx, ev, o.NodeID, src)
 	if in.LabelsErr != nil {
@@ -68,15 +63,9 @@ func secretSource(ctx context.Context, o Options, ref, version string, log *slog
 	}
 	src := kube.NewSecretSource(c, ns, name, log)
 	if err := kube.StartSecretSource(ctx, src); err != nil {
-		return nil, fmt.Errorf("API server %s: %w", c.host, err)
+		return nil, fmt.Errorf("API server %s: %w", c.Host, err)
 	}
 	return src, nil
-}
-
-// kubeCore is a client and the API server it talks to, for messages.
-type kubeCore struct {
-	corev1client.CoreV1Interface
-	host string
 }
 
 var _ connection.Source = (*kube.SecretSource)(nil)

@@ -2,24 +2,41 @@
 // nodeLabel source (its own Node object) and the controller's connection
 // files read from a Secret through an informer.
 //
-// Only the core/v1 typed client is used, not the full clientset, so the
-// binary does not carry every API group it never calls.
+// It talks to the API through a REST client that knows only core/v1, not
+// client-go's typed clientset: that one registers every API group in its
+// scheme and would more than double the binary for two calls.
 package kube
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 // RequestTimeout bounds every API call made through Client: the label read
 // happens while the node plugin starts, and a hung API server must turn
-// into a retry, not a stuck pod.
+// into a retry, not a stuck pod. Watches are not bounded by it.
 const RequestTimeout = 10 * time.Second
+
+// NodeGetter reads Node objects.
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+}
+
+// SecretWatcher lists and watches Secrets of a namespace.
+type SecretWatcher interface {
+	ListSecrets(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.SecretList, error)
+	WatchSecrets(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
+}
 
 // RESTConfig returns the API server config: the kubeconfig file when path is
 // set (the --kubeconfig flag or KUBECONFIG), otherwise the in-cluster
@@ -44,15 +61,60 @@ func RESTConfig(kubeconfig, userAgent string) (*rest.Config, error) {
 		}
 	}
 	cfg.UserAgent = userAgent
-	cfg.Timeout = RequestTimeout
 	return cfg, nil
 }
 
-// NewClient returns a core/v1 client for cfg.
-func NewClient(cfg *rest.Config) (corev1client.CoreV1Interface, error) {
-	c, err := corev1client.NewForConfig(cfg)
+// Client is a core/v1 REST client: a NodeGetter and a SecretWatcher.
+type Client struct {
+	rest   *rest.RESTClient
+	params runtime.ParameterCodec
+	// Host is the API server's URL, for messages.
+	Host string
+}
+
+var (
+	_ NodeGetter    = (*Client)(nil)
+	_ SecretWatcher = (*Client)(nil)
+)
+
+// NewClient returns a client for cfg.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
 	}
-	return c, nil
+	return &Client{rest: rc, params: runtime.NewParameterCodec(scheme), Host: cfg.Host}, nil
+}
+
+// GetNode GETs /api/v1/nodes/<name>.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := c.rest.Get().Resource("nodes").Name(name).Timeout(RequestTimeout).Do(ctx).Into(node)
+	return node, err
+}
+
+// ListSecrets lists the Secrets of namespace that opts selects.
+func (c *Client) ListSecrets(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.SecretList, error) {
+	list := &corev1.SecretList{}
+	err := c.rest.Get().Namespace(namespace).Resource("secrets").
+		VersionedParams(&opts, c.params).Timeout(RequestTimeout).Do(ctx).Into(list)
+	return list, err
+}
+
+// WatchSecrets watches the Secrets of namespace that opts selects.
+func (c *Client) WatchSecrets(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.rest.Get().Namespace(namespace).Resource("secrets").
+		VersionedParams(&opts, c.params).Watch(ctx)
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
@@ -51,8 +49,8 @@ func (b Backoff) withDefaults() Backoff {
 // NodeLabelSource reads the labels of a Node object; it is the nodeLabel
 // source of node topology rules.
 type NodeLabelSource struct {
-	// Nodes is the API client; a fake in tests.
-	Nodes corev1client.NodesGetter
+	// Nodes is the API client (a *Client; a fake in tests).
+	Nodes NodeGetter
 	// Backoff bounds the retries; zero fields mean DefaultBackoff.
 	Backoff Backoff
 	// Log gets one line per failed attempt; nil means slog.Default().
@@ -113,7 +111,7 @@ func (s *NodeLabelSource) NodeLabels(ctx context.Context, nodeName string) (map[
 func (s *NodeLabelSource) get(ctx context.Context, nodeName string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	node, err := s.Nodes.Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	node, err := s.Nodes.GetNode(ctx, nodeName)
 	if err != nil {
 		return nil, err
 	}

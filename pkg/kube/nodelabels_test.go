@@ -61,7 +61,7 @@ func TestNodeLabels(t *testing.T) {
 	labels := map[string]string{"topology.kubernetes.io/zone": "zone1", "kubernetes.io/hostname": "w1"}
 	client := fake.NewClientset(node("w1", labels), node("w2", nil))
 	rec := &recorder{}
-	src := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet, sleep: rec.sleep}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
 
 	got, err := src.NodeLabels(context.Background(), "w1")
 	if err != nil {
@@ -128,7 +128,7 @@ func TestNodeLabelsErrors(t *testing.T) {
 				tc.setup(client)
 			}
 			rec := &recorder{}
-			src := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet, sleep: rec.sleep}
+			src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
 			got, err := src.NodeLabels(context.Background(), "w1")
 			if err == nil {
 				t.Fatalf("got labels %v, want an error", got)
@@ -158,7 +158,7 @@ func TestNodeLabelsRetrySucceeds(t *testing.T) {
 	client := fake.NewClientset(node("w1", map[string]string{"zone": "z1"}))
 	calls := failing(client, 2, apierrors.NewTooManyRequests("slow down", 1))
 	rec := &recorder{}
-	src := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet, sleep: rec.sleep}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
 	got, err := src.NodeLabels(context.Background(), "w1")
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestNodeLabelsBackoffCap(t *testing.T) {
 	client := fake.NewClientset()
 	rec := &recorder{}
 	src := &NodeLabelSource{
-		Nodes: client.CoreV1(), Log: quiet, sleep: rec.sleep,
+		Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep,
 		Backoff: Backoff{Attempts: 7, Initial: 3 * time.Second, Max: 10 * time.Second},
 	}
 	if _, err := src.NodeLabels(context.Background(), "w1"); err == nil || !strings.Contains(err.Error(), "(7 attempts in ") {
@@ -192,7 +192,7 @@ func TestNodeLabelsBackoffCap(t *testing.T) {
 func TestNodeLabelsTotalBound(t *testing.T) {
 	client := fake.NewClientset()
 	src := &NodeLabelSource{
-		Nodes: client.CoreV1(), Log: quiet,
+		Nodes: fakeAPI{client}, Log: quiet,
 		Backoff: Backoff{Attempts: 100, Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond, Total: 150 * time.Millisecond},
 	}
 	start := time.Now()
@@ -212,7 +212,7 @@ func TestNodeLabelsCanceled(t *testing.T) {
 	client := fake.NewClientset()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	src := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet}
 	if _, err := src.NodeLabels(ctx, "w1"); err == nil {
 		t.Fatal("no error from a canceled context")
 	}
@@ -236,14 +236,14 @@ func TestGatherNodeLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset(node("w1", map[string]string{"topology.kubernetes.io/zone": "zone1", "example.com/rack": "rack-7"}))
-	src := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet}
 	res := ev.Evaluate(nodetopology.Gather(context.Background(), ev, "w1", src))
 	want := map[string]string{"topology.kubernetes.io/zone": "zone1", nodetopology.DefaultPrefix + "/rack": "r7"}
 	if diff := cmp.Diff(want, res.Segments); diff != "" {
 		t.Errorf("segments (-want +got):\n%s", diff)
 	}
 
-	failingSrc := &NodeLabelSource{Nodes: client.CoreV1(), Log: quiet, Backoff: Backoff{Attempts: 1}}
+	failingSrc := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, Backoff: Backoff{Attempts: 1}}
 	res = ev.Evaluate(nodetopology.Gather(context.Background(), ev, "w9", failingSrc))
 	if res.Err() == nil || !strings.Contains(res.Err().Error(), `no Node named "w9"`) {
 		t.Errorf("Err() = %v; want the label source's error", res.Err())

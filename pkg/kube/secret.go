@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
@@ -79,23 +78,22 @@ type snapshot struct {
 	versions map[string]string
 }
 
-// NewSecretSource returns a source for Secret namespace/name. client is the
-// core/v1 client (or a fake); nothing is read until Start.
-func NewSecretSource(client corev1client.SecretsGetter, namespace, name string, log *slog.Logger) *SecretSource {
+// NewSecretSource returns a source for Secret namespace/name. client is a
+// *Client (or a fake); nothing is read until Start.
+func NewSecretSource(client SecretWatcher, namespace, name string, log *slog.Logger) *SecretSource {
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &SecretSource{namespace: namespace, name: name, log: log}
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	secrets := client.Secrets(namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			return secrets.List(ctx, o)
+			return client.ListSecrets(ctx, namespace, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return secrets.Watch(ctx, o)
+			return client.WatchSecrets(ctx, namespace, o)
 		},
 	}
 	// The wrapper lets a client that cannot stream lists (the fakes) say

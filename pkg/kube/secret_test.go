@@ -18,17 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
 const ns, secretName = "proxy-topology", "connections"
-
-// noWatchList tells the reflector that the fake cannot stream lists, as
-// the fake clientset itself does; its CoreV1() alone would not say so.
-type noWatchList struct{ corev1client.SecretsGetter }
-
-func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 func secret(namespace, name string, data map[string]string) *corev1.Secret {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: map[string][]byte{}}
@@ -59,7 +52,7 @@ func start(t *testing.T, objs ...runtime.Object) *harness {
 		return false, nil, nil
 	})
 	h := &harness{t: t, client: client, changes: make(chan struct{}, 100)}
-	h.src = NewSecretSource(noWatchList{client.CoreV1()}, ns, secretName, quiet)
+	h.src = NewSecretSource(fakeAPI{client}, ns, secretName, quiet)
 	h.src.onChange = func() { h.changes <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -287,7 +280,7 @@ func TestSecretSourceAbsentAtStart(t *testing.T) {
 
 func TestSecretSourceNotSynced(t *testing.T) {
 	client := fake.NewClientset(secret(ns, secretName, map[string]string{"a.yaml": "one"}))
-	src := NewSecretSource(noWatchList{client.CoreV1()}, ns, secretName, quiet)
+	src := NewSecretSource(fakeAPI{client}, ns, secretName, quiet)
 	for name, err := range map[string]error{
 		"Stat": func() error { _, err := src.Stat("a"); return err }(),
 		"Read": func() error { _, err := src.Read("a"); return err }(),
@@ -308,7 +301,7 @@ func TestSecretSourceForbidden(t *testing.T) {
 	client.PrependReactor("list", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("no RBAC"))
 	})
-	src := NewSecretSource(noWatchList{client.CoreV1()}, ns, secretName, quiet)
+	src := NewSecretSource(fakeAPI{client}, ns, secretName, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	src.Start(ctx)

@@ -44,7 +44,7 @@ e2e:
 ## and fails if a target of docs/performance.md is missed
 ## e2e-kube: the deploy/ manifests, the Helm chart and node plugins against a
 ## real kube-apiserver and etcd. The first run builds kube-apiserver, helm and
-## kustomize from the tools/ modules into .cache/bin (6-18 min on 2 cores);
+## kustomize from the tools/ modules into .cache/bin (10-17 min on 2 cores);
 ## later runs reuse them. Versions come from the tools modules' go.mod.
 CACHE_BIN := $(CURDIR)/.cache/bin
 tool_version = $(shell awk '$$1 == "$(2)" { print $$2 }' tools/$(1)/go.mod)
@@ -71,7 +71,7 @@ kube-tools: $(KUBE_APISERVER) $(HELM) $(KUSTOMIZE)
 # Each binary is keyed by its version, built to a temporary name and moved
 # into place, so an interrupted build is never mistaken for a cached one.
 $(KUBE_APISERVER):
-	@mkdir -p $(CACHE_BIN); echo "building kube-apiserver $(KUBE_VERSION) (first run only; 6-18 min on 2 cores)"
+	@mkdir -p $(CACHE_BIN); echo "building kube-apiserver $(KUBE_VERSION) (first run only; 10-17 min on 2 cores)"
 	cd tools/kube && time $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
 	mv $@.tmp $@
 

@@ -69,7 +69,16 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 		if folder == "" {
 			folder = cfg.Proxy.ConfigFolder
 		}
-		results = append(results, checkFolder(folder, cfg, endpoint, &results[0])...)
+		if folder == "" {
+			// Connections come from a Secret, which check (offline by
+			// design) does not read: the files are checked where they are
+			// kept, before they go into the Secret.
+			results[0].warnings = append(results[0].warnings, fmt.Sprintf(
+				"connections come from secret %s, which check does not read; check the files before they go into it with --connections-folder DIR",
+				cfg.Proxy.ConfigSecret))
+		} else {
+			results = append(results, checkFolder(folder, cfg, endpoint, &results[0])...)
+		}
 	}
 
 	var ok, warned, failed int

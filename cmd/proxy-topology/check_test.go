@@ -106,6 +106,23 @@ checked 1 file: 0 ok, 0 with warnings, 1 with errors
 checked 1 file: 1 ok, 0 with warnings, 0 with errors
 `,
 		},
+		{
+			name: "connections from a Secret are not read", code: 0,
+			args: []string{"--config", "testdata/check/secret/proxy.yaml"},
+			stdout: `testdata/check/secret/proxy.yaml: warning: connections come from secret storage/proxy-topology-connections, which check does not read; check the files before they go into it with --connections-folder DIR
+checked 1 file: 0 ok, 1 with warnings, 0 with errors
+`,
+		},
+		{
+			name: "a Secret config with a folder to check", code: 0,
+			args: []string{"--config", "testdata/check/secret/proxy.yaml", "--connections-folder", "testdata/check/good/connections", own},
+			stdout: `testdata/check/secret/proxy.yaml: ok
+testdata/check/good/connections/iscsi-tcp.yaml: ok
+testdata/check/good/connections/local.yaml: ok
+testdata/check/good/connections/nfs.yaml: ok
+checked 4 files: 4 ok, 0 with warnings, 0 with errors
+`,
+		},
 		{name: "no config", args: nil, code: 2, stderrHas: "proxy-topology check: --config is required\n"},
 		{name: "stray argument", args: []string{"--config", "x.yaml", "extra"}, code: 2, stderrHas: "unexpected argument \"extra\""},
 		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "flag provided but not defined: -nope"},

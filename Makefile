@@ -39,9 +39,6 @@ sanity:
 e2e:
 	$(GO) test $(TESTFLAGS) -timeout 20m ./e2e/...
 
-## bench: Go micro-benchmarks, then bench/ptbench: proxy-topology against a raw
-## gRPC forwarder and a no-op upstream, scale, memory; writes bench/results.json
-## and fails if a target of docs/performance.md is missed
 ## e2e-kube: the deploy/ manifests, the Helm chart and node plugins against a
 ## real kube-apiserver and etcd. The first run builds kube-apiserver, helm and
 ## kustomize from the tools/ modules into .cache/bin (10-17 min on 2 cores);
@@ -92,6 +89,9 @@ etcd:
 	echo "installing etcd-server"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
 
+## bench: Go micro-benchmarks, then bench/ptbench: proxy-topology against a raw
+## gRPC forwarder and a no-op upstream, scale, memory; writes bench/results.json
+## and fails if a target of docs/performance.md is missed
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	$(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS)

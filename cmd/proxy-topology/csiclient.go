@@ -375,6 +375,21 @@ func marshalJSON(m proto.Message) ([]byte, error) {
 }
 
 // emit prints resp as protojson with -o json, else runs text.
+// unary is what every single-call command shares: dial, call, report a
+// failed RPC, print the response as text or JSON.
+func unary[Resp proto.Message](c *csiClient, fs *flag.FlagSet, method string, call func(context.Context) (Resp, error), text func(out io.Writer, resp Resp)) error {
+	ctx, cancel, err := c.dial(fs)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	resp, err := call(ctx)
+	if err != nil {
+		return rpcFailed(method, err)
+	}
+	return c.emit(resp, func(out io.Writer) { text(out, resp) })
+}
+
 func (c *csiClient) emit(resp proto.Message, text func(w io.Writer)) error {
 	if c.output == "json" {
 		b, err := marshalJSON(resp)
@@ -517,16 +532,9 @@ func (c *csiClient) nodeInfo(fs *flag.FlagSet, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
-	if err != nil {
-		return rpcFailed("NodeGetInfo", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "NodeGetInfo", func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+		return c.node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	}, func(out io.Writer, resp *csi.NodeGetInfoResponse) {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(w, "node_id:\t%s\n", resp.GetNodeId())
 		maxVols := strconv.FormatInt(resp.GetMaxVolumesPerNode(), 10)
@@ -596,16 +604,9 @@ func (c *csiClient) createVolume(fs *flag.FlagSet, args []string) error {
 	case srcVol != "":
 		req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: srcVol}}}
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.CreateVolume(ctx, req)
-	if err != nil {
-		return rpcFailed("CreateVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "CreateVolume", func(ctx context.Context) (*csi.CreateVolumeResponse, error) {
+		return c.controller.CreateVolume(ctx, req)
+	}, func(out io.Writer, resp *csi.CreateVolumeResponse) {
 		fmt.Fprintf(out, "created volume %s\n", resp.GetVolume().GetVolumeId())
 		printVolume(out, resp.GetVolume())
 	})
@@ -636,16 +637,9 @@ func (c *csiClient) deleteVolume(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pos[0], Secrets: secrets})
-	if err != nil {
-		return rpcFailed("DeleteVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "deleted volume %s\n", pos[0]) })
+	return unary(c, fs, "DeleteVolume", func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
+		return c.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pos[0], Secrets: secrets})
+	}, func(out io.Writer, resp *csi.DeleteVolumeResponse) { fmt.Fprintf(out, "deleted volume %s\n", pos[0]) })
 }
 
 func (c *csiClient) getVolume(fs *flag.FlagSet, args []string) error {
@@ -653,16 +647,9 @@ func (c *csiClient) getVolume(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: pos[0]})
-	if err != nil {
-		return rpcFailed("ControllerGetVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "ControllerGetVolume", func(ctx context.Context) (*csi.ControllerGetVolumeResponse, error) {
+		return c.controller.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: pos[0]})
+	}, func(out io.Writer, resp *csi.ControllerGetVolumeResponse) {
 		fmt.Fprintf(out, "volume %s\n", resp.GetVolume().GetVolumeId())
 		printVolume(out, resp.GetVolume())
 		if ids := resp.GetStatus().GetPublishedNodeIds(); len(ids) > 0 {
@@ -683,17 +670,10 @@ func (c *csiClient) expandVolume(fs *flag.FlagSet, args []string) error {
 	if size == 0 {
 		return usageError(fs, "--size is required")
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
-		VolumeId: pos[0], CapacityRange: &csi.CapacityRange{RequiredBytes: int64(size)}, Secrets: secrets})
-	if err != nil {
-		return rpcFailed("ControllerExpandVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "ControllerExpandVolume", func(ctx context.Context) (*csi.ControllerExpandVolumeResponse, error) {
+		return c.controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+			VolumeId: pos[0], CapacityRange: &csi.CapacityRange{RequiredBytes: int64(size)}, Secrets: secrets})
+	}, func(out io.Writer, resp *csi.ControllerExpandVolumeResponse) {
 		fmt.Fprintf(out, "expanded volume %s to %s; node expansion required: %t\n", pos[0], sizeText(resp.GetCapacityBytes()), resp.GetNodeExpansionRequired())
 	})
 }
@@ -777,16 +757,9 @@ func (c *csiClient) getCapacity(fs *flag.FlagSet, args []string) error {
 		}
 		req.VolumeCapabilities = []*csi.VolumeCapability{vcap}
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.GetCapacity(ctx, req)
-	if err != nil {
-		return rpcFailed("GetCapacity", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "GetCapacity", func(ctx context.Context) (*csi.GetCapacityResponse, error) {
+		return c.controller.GetCapacity(ctx, req)
+	}, func(out io.Writer, resp *csi.GetCapacityResponse) {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		avail := sizeText(resp.GetAvailableCapacity())
 		switch resp.GetAvailableCapacity() {
@@ -819,16 +792,9 @@ func (c *csiClient) createSnapshot(fs *flag.FlagSet, args []string) error {
 	if name == "" || source == "" {
 		return usageError(fs, "--name and --source-volume are required")
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: source, Parameters: params, Secrets: secrets})
-	if err != nil {
-		return rpcFailed("CreateSnapshot", err)
-	}
-	return c.emit(resp, func(out io.Writer) {
+	return unary(c, fs, "CreateSnapshot", func(ctx context.Context) (*csi.CreateSnapshotResponse, error) {
+		return c.controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: source, Parameters: params, Secrets: secrets})
+	}, func(out io.Writer, resp *csi.CreateSnapshotResponse) {
 		s := resp.GetSnapshot()
 		fmt.Fprintf(out, "created snapshot %s of %s (size %s, ready_to_use=%t)\n", s.GetSnapshotId(), s.GetSourceVolumeId(), formatSize(s.GetSizeBytes()), s.GetReadyToUse())
 	})
@@ -841,16 +807,11 @@ func (c *csiClient) deleteSnapshot(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: pos[0], Secrets: secrets})
-	if err != nil {
-		return rpcFailed("DeleteSnapshot", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "deleted snapshot %s\n", pos[0]) })
+	return unary(c, fs, "DeleteSnapshot", func(ctx context.Context) (*csi.DeleteSnapshotResponse, error) {
+		return c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: pos[0], Secrets: secrets})
+	}, func(out io.Writer, resp *csi.DeleteSnapshotResponse) {
+		fmt.Fprintf(out, "deleted snapshot %s\n", pos[0])
+	})
 }
 
 func (c *csiClient) listSnapshots(fs *flag.FlagSet, args []string) error {
@@ -933,18 +894,13 @@ func (c *csiClient) stage(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId: n.volume, StagingTargetPath: staging, VolumeCapability: vcap,
-		VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets})
-	if err != nil {
-		return rpcFailed("NodeStageVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "staged volume %s at %s\n", n.volume, staging) })
+	return unary(c, fs, "NodeStageVolume", func(ctx context.Context) (*csi.NodeStageVolumeResponse, error) {
+		return c.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+			VolumeId: n.volume, StagingTargetPath: staging, VolumeCapability: vcap,
+			VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets})
+	}, func(out io.Writer, resp *csi.NodeStageVolumeResponse) {
+		fmt.Fprintf(out, "staged volume %s at %s\n", n.volume, staging)
+	})
 }
 
 func (c *csiClient) unstage(fs *flag.FlagSet, args []string) error {
@@ -958,16 +914,11 @@ func (c *csiClient) unstage(fs *flag.FlagSet, args []string) error {
 	if n.volume == "" || staging == "" {
 		return usageError(fs, "--volume and --staging are required")
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: n.volume, StagingTargetPath: staging})
-	if err != nil {
-		return rpcFailed("NodeUnstageVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "unstaged volume %s from %s\n", n.volume, staging) })
+	return unary(c, fs, "NodeUnstageVolume", func(ctx context.Context) (*csi.NodeUnstageVolumeResponse, error) {
+		return c.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: n.volume, StagingTargetPath: staging})
+	}, func(out io.Writer, resp *csi.NodeUnstageVolumeResponse) {
+		fmt.Fprintf(out, "unstaged volume %s from %s\n", n.volume, staging)
+	})
 }
 
 func (c *csiClient) publish(fs *flag.FlagSet, args []string) error {
@@ -988,18 +939,13 @@ func (c *csiClient) publish(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId: n.volume, TargetPath: target, StagingTargetPath: staging, Readonly: readonly,
-		VolumeCapability: vcap, VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets})
-	if err != nil {
-		return rpcFailed("NodePublishVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "published volume %s at %s\n", n.volume, target) })
+	return unary(c, fs, "NodePublishVolume", func(ctx context.Context) (*csi.NodePublishVolumeResponse, error) {
+		return c.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+			VolumeId: n.volume, TargetPath: target, StagingTargetPath: staging, Readonly: readonly,
+			VolumeCapability: vcap, VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets})
+	}, func(out io.Writer, resp *csi.NodePublishVolumeResponse) {
+		fmt.Fprintf(out, "published volume %s at %s\n", n.volume, target)
+	})
 }
 
 func (c *csiClient) unpublish(fs *flag.FlagSet, args []string) error {
@@ -1013,14 +959,9 @@ func (c *csiClient) unpublish(fs *flag.FlagSet, args []string) error {
 	if n.volume == "" || target == "" {
 		return usageError(fs, "--volume and --target are required")
 	}
-	ctx, cancel, err := c.dial(fs)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := c.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: n.volume, TargetPath: target})
-	if err != nil {
-		return rpcFailed("NodeUnpublishVolume", err)
-	}
-	return c.emit(resp, func(out io.Writer) { fmt.Fprintf(out, "unpublished volume %s from %s\n", n.volume, target) })
+	return unary(c, fs, "NodeUnpublishVolume", func(ctx context.Context) (*csi.NodeUnpublishVolumeResponse, error) {
+		return c.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: n.volume, TargetPath: target})
+	}, func(out io.Writer, resp *csi.NodeUnpublishVolumeResponse) {
+		fmt.Fprintf(out, "unpublished volume %s from %s\n", n.volume, target)
+	})
 }

@@ -128,7 +128,12 @@ func (d *Driver) connection(ctx context.Context, name string) (*connection.Conne
 // connectionFromParameters picks the connection named by the request's
 // parameters, else the default connection.
 func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*connection.Connection, error) {
-	name := params[ConnectionParameter]
+	return d.connectionNamed(ctx, params[ConnectionParameter])
+}
+
+// connectionNamed is connectionFromParameters for the connection
+// parameter's value.
+func (d *Driver) connectionNamed(ctx context.Context, name string) (*connection.Connection, error) {
 	if name == "" {
 		name = d.opts.DefaultConnection
 	}

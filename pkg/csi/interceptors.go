@@ -101,7 +101,7 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 		}
 		debug := log.Enabled(ctx, slog.LevelDebug)
 		if debug {
-			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
+			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: loggable(req)})
 		}
 		start := time.Now()
 		resp, err := handler(ctx, req)
@@ -137,7 +137,7 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 				level = slog.LevelError
 			}
 		} else if debug {
-			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: resp}))
+			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: loggable(resp)}))
 		}
 		log.LogAttrs(ctx, level, "rpc", attrs...)
 		return resp, err

@@ -176,7 +176,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	version := buildVersion()
 	x.buildInfo(version, name, o.Mode)
 
-	srv := grpc.NewServer(append(pcsi.ServerOptions(), pcsi.Interceptors(log, x.observers()...))...)
+	srv := grpc.NewServer(append(pcsi.ServerOptions(), pcsi.ServerCodec(), pcsi.Interceptors(log, x.observers()...))...)
 	var driver *pcsi.Driver
 	var pool *upstream.Pool
 	switch cfg.Driver {
@@ -201,7 +201,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		driver.Register(srv)
+		driver.RegisterFastPath(srv)
 	}
 
 	lis, err := pcsi.Listen(o.Endpoint)

@@ -2,33 +2,20 @@ package nodetopology
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
-// These mirror k8s.io/apimachinery/pkg/util/validation so that a segment we
-// report is one kubelet can turn into a node label; copied rather than
-// imported to keep apimachinery out of the module.
-const (
-	maxLabelValueLength   = 63
-	maxLabelNameLength    = 63
-	maxDNSSubdomainLength = 253
-)
-
-var (
-	// Go's regexp is linear-time, so these are safe on arbitrary input.
-	labelValueRE   = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
-	labelNameRE    = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
+// The rules are pkg/labels'; the messages are this package's.
 
 // validateLabelValue accepts the empty string, as Kubernetes does; callers
 // that need a non-empty value check that themselves.
 func validateLabelValue(v string) error {
-	if len(v) > maxLabelValueLength {
-		return fmt.Errorf("must be no more than %d characters (has %d)", maxLabelValueLength, len(v))
+	if len(v) > labels.MaxValue {
+		return fmt.Errorf("must be no more than %d characters (has %d)", labels.MaxValue, len(v))
 	}
-	if !labelValueRE.MatchString(v) {
+	if v != "" && !labels.IsName(v) {
 		return fmt.Errorf("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")
 	}
 	return nil
@@ -53,10 +40,10 @@ func validateLabelKey(k string) error {
 	if name == "" {
 		return fmt.Errorf("name part must be non-empty")
 	}
-	if len(name) > maxLabelNameLength {
-		return fmt.Errorf("name part must be no more than %d characters (has %d)", maxLabelNameLength, len(name))
+	if len(name) > labels.MaxName {
+		return fmt.Errorf("name part must be no more than %d characters (has %d)", labels.MaxName, len(name))
 	}
-	if !labelNameRE.MatchString(name) {
+	if !labels.IsName(name) {
 		return fmt.Errorf("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")
 	}
 	return nil
@@ -66,10 +53,10 @@ func validateDNSSubdomain(s string) error {
 	if s == "" {
 		return fmt.Errorf("must be non-empty")
 	}
-	if len(s) > maxDNSSubdomainLength {
-		return fmt.Errorf("must be no more than %d characters (has %d)", maxDNSSubdomainLength, len(s))
+	if len(s) > labels.MaxPrefix {
+		return fmt.Errorf("must be no more than %d characters (has %d)", labels.MaxPrefix, len(s))
 	}
-	if !dnsSubdomainRE.MatchString(s) {
+	if !labels.IsDNSSubdomain(s) {
 		return fmt.Errorf("must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character")
 	}
 	return nil

@@ -59,24 +59,43 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	vol := resp.GetVolume()
+	if err := d.wrapCreated(ctx, c, resp.GetVolume(), topology, out.Secrets); err != nil {
+		return nil, err
+	}
+	if src := req.GetVolumeContentSource(); src != nil {
+		resp.Volume.ContentSource = src
+	}
+	return resp, nil
+}
+
+// wrapCreated turns the volume an upstream just created into the proxy's:
+// its ID wrapped and its topology the decided one. A volume whose ID cannot
+// be wrapped is deleted again (with secrets) so that nothing leaks. Both the
+// typed CreateVolume and the wire-level one finish through here.
+func (d *Driver) wrapCreated(ctx context.Context, c *connection.Connection, vol *csi.Volume, topology []*csi.Topology, secrets map[string]string) error {
 	if vol.GetVolumeId() == "" {
-		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
+		return noVolumeID(c)
 	}
 	id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
 	if err != nil {
-		return nil, d.rollback(ctx, c, err, func(ctx context.Context) error {
-			_, err := forward(ctx, c, c.Controller, "DeleteVolume",
-				&csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: out.Secrets}, c.Controller.Controller.DeleteVolume)
-			return err
-		})
+		return d.deleteCreated(ctx, c, vol.GetVolumeId(), secrets, err)
 	}
 	vol.VolumeId = id
 	vol.AccessibleTopology = topology
-	if src := req.GetVolumeContentSource(); src != nil {
-		vol.ContentSource = src
-	}
-	return resp, nil
+	return nil
+}
+
+func noVolumeID(c *connection.Connection) error {
+	return status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
+}
+
+// deleteCreated rolls back an upstream volume the proxy cannot hand back.
+func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, volumeID string, secrets map[string]string, cause error) error {
+	return d.rollback(ctx, c, cause, func(ctx context.Context) error {
+		_, err := forward(ctx, c, c.Controller, "DeleteVolume",
+			&csi.DeleteVolumeRequest{VolumeId: volumeID, Secrets: secrets}, c.Controller.Controller.DeleteVolume)
+		return err
+	})
 }
 
 // rollback deletes an object the proxy created but cannot return, and says

@@ -350,14 +350,10 @@ func (d *Driver) fastCreateVolume(ctx context.Context, r *fastCreate) (any, erro
 	}
 	if out == nil { // the wrapped ID is too long
 		_, err := ids.Encode(ids.Volume, c.Name, volumeID)
-		return nil, d.rollbackCreate(ctx, c, r, volumeID, err)
+		return nil, d.deleteCreated(ctx, c, volumeID, r.secrets(c), err)
 	}
 	resp.b = out
 	return resp, nil
-}
-
-func noVolumeID(c *connection.Connection) error {
-	return status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 }
 
 // appendDefaults appends to out the connection's default parameters and
@@ -403,16 +399,12 @@ func appendEntry(b []byte, num protowire.Number, k, v string) []byte {
 	return protowire.AppendString(b, v)
 }
 
-// rollbackCreate deletes a volume whose ID cannot be handed back, with the
-// request's secrets, as CreateVolume does.
-func (d *Driver) rollbackCreate(ctx context.Context, c *connection.Connection, r *fastCreate, volumeID string, cause error) error {
-	return d.rollback(ctx, c, cause, func(ctx context.Context) error {
-		typed := &csi.CreateVolumeRequest{}
-		_ = proto.Unmarshal(r.raw, typed) // wireValid checked it
-		_, err := forward(ctx, c, c.Controller, "DeleteVolume",
-			&csi.DeleteVolumeRequest{VolumeId: volumeID, Secrets: merge(c.Config.CSI.Secrets, typed.GetSecrets())}, c.Controller.Controller.DeleteVolume)
-		return err
-	})
+// secrets are the secrets the typed CreateVolume would have sent
+// upstream, for a rollback's DeleteVolume.
+func (c *fastCreate) secrets(conn *connection.Connection) map[string]string {
+	typed := &csi.CreateVolumeRequest{}
+	_ = proto.Unmarshal(c.raw, typed) // wireValid checked it
+	return merge(conn.Config.CSI.Secrets, typed.GetSecrets())
 }
 
 // finishCreateTyped handles an upstream answer the fast path does not edit
@@ -423,16 +415,9 @@ func (d *Driver) finishCreateTyped(ctx context.Context, c *connection.Connection
 	if err := proto.Unmarshal(b, resp); err != nil {
 		return nil, upstreamError(c, c.Controller, "CreateVolume", unmarshalError(err))
 	}
-	vol := resp.GetVolume()
-	if vol.GetVolumeId() == "" {
-		return nil, noVolumeID(c)
+	if err := d.wrapCreated(ctx, c, resp.GetVolume(), topology, r.secrets(c)); err != nil {
+		return nil, err
 	}
-	id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
-	if err != nil {
-		return nil, d.rollbackCreate(ctx, c, r, vol.GetVolumeId(), err)
-	}
-	vol.VolumeId = id
-	vol.AccessibleTopology = topology
 	return resp, nil
 }
 

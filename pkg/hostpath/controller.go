@@ -574,10 +574,7 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 			return nil, invalidArgument("%s", err)
 		}
 	}
-	if !validVolumeID(id) {
-		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
-	}
-	unlock, err := d.locks.lock(ctx, id)
+	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -85,3 +85,13 @@ func (k *keyedLocks) release(key string) {
 	<-l.ch
 	k.dropRef(key)
 }
+
+// lockVolume locks the volume a request names. An ID local-hostpath could
+// not have made is NOT_FOUND before it is used for anything, so no path is
+// ever built from it.
+func (d *Driver) lockVolume(ctx context.Context, id string) (func(), error) {
+	if !validVolumeID(id) {
+		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
+	}
+	return d.locks.lock(ctx, id)
+}

@@ -106,10 +106,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := nodeCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if !validVolumeID(id) {
-		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
-	}
-	unlock, err := d.locks.lock(ctx, id)
+	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -196,10 +193,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			return nil, err
 		}
 	}
-	if !validVolumeID(id) {
-		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
-	}
-	unlock, err := d.locks.lock(ctx, id)
+	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,13 @@
 package kube
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 )
 
 // EnvEnable must be set (by make e2e-kube) for any test here to run.
@@ -16,9 +16,8 @@ const EnvEnable = "PROXY_TOPOLOGY_E2E_KUBE"
 var (
 	// binary is the proxy-topology executable, built by TestMain.
 	binary string
-	// raceEnabled is set by race_test.go; the binary is then built with
-	// -race too.
-	raceEnabled bool
+	// raceEnabled: the suite runs with -race, and so does the binary.
+	raceEnabled = testbin.Race
 	// repoRoot is the main module's directory.
 	repoRoot string
 	// skipReason is non-empty when the suite cannot run.
@@ -43,26 +42,13 @@ func runMain(m *testing.M) int {
 	if skipReason != "" {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "pte2e-kube-bin-")
+	bin, cleanup, err := testbin.Build(repoRoot, raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/kube:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "proxy-topology")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/proxy-topology")
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = repoRoot
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e/kube: go %v: %v\n%s", args, err, out)
-		return 1
-	}
+	defer cleanup()
+	binary = bin
 	code := m.Run()
 	stopCluster()
 	return code

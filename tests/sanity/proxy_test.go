@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -206,11 +207,12 @@ func (proxyIDs) GenerateUniqueValidVolumeID() string {
 // socket path.
 func startStandalone(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "proxy-topology")
-	build := exec.Command("go", "build", "-o", bin, "github.com/democratic-csi/proxy-topology/cmd/proxy-topology")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// Without -race: the proxy in front of it is what this target tests.
+	bin, cleanup, err := testbin.Build("../..", false)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(cleanup)
 	cfgFile := filepath.Join(dir, "upstream.yaml")
 	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n  stage: true\n",
 		filepath.Join(dir, "upstream-base"))), 0o640); err != nil {

@@ -1,5 +1,0 @@
-//go:build race
-
-package kube
-
-func init() { raceEnabled = true }

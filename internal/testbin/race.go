@@ -1,0 +1,6 @@
+//go:build race
+
+package testbin
+
+// Race is true when the tests themselves run with -race.
+const Race = true

@@ -284,21 +284,31 @@ func (f *fakeUpstream) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResp
 }
 
 func (f *fakeUpstream) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, c := range f.controllerCaps {
-		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
-	}
-	return resp, nil
+	return controllerCapsResponse(f.controllerCaps), nil
 }
 
 func (f *fakeUpstream) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, c := range f.nodeCaps {
-		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
+	return nodeCapsResponse(f.nodeCaps), nil
+}
+
+// controllerCapsResponse and nodeCapsResponse answer a capability query of
+// the test upstreams.
+func controllerCapsResponse(types []csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range types {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
-	return resp, nil
+	return resp
+}
+
+func nodeCapsResponse(types []csi.NodeServiceCapability_RPC_Type) *csi.NodeGetCapabilitiesResponse {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range types {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return resp
 }
 
 // upstreamTopology is what the fake reports as its own topology; the proxy

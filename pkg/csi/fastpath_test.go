@@ -74,21 +74,11 @@ func (u *eqUpstream) take() []fakeCall {
 }
 
 func (u *eqUpstream) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, t := range u.ctrl {
-		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return resp, nil
+	return controllerCapsResponse(u.ctrl), nil
 }
 
 func (u *eqUpstream) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, t := range u.node {
-		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
-	}
-	return resp, nil
+	return nodeCapsResponse(u.node), nil
 }
 
 func withUnknown[M proto.Message](m M) M {

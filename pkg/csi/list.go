@@ -53,6 +53,14 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// checkMaxEntries refuses a negative max_entries (CSI: it MUST NOT be).
+func checkMaxEntries(n int32) error {
+	if n < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_entries %d is negative", n)
+	}
+	return nil
+}
+
 // fetchFunc lists one upstream page of one connection.
 type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEntries int32, token string) ([]T, string, error)
 
@@ -67,8 +75,8 @@ type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEnt
 // shortened list would read as "these volumes are gone".
 func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServiceCapability_RPC_Type,
 	maxEntries int32, token string, fetch fetchFunc[T]) ([]T, string, error) {
-	if maxEntries < 0 {
-		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries %d is negative", maxEntries)
+	if err := checkMaxEntries(maxEntries); err != nil {
+		return nil, "", err
 	}
 	startConn, upstreamToken, err := decodeToken(token)
 	if err != nil {
@@ -169,9 +177,9 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // ListSnapshots lists every connection's snapshots, or, with a snapshot_id
 // or source_volume_id filter, asks only the connection that ID names.
 func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	// Checked here, not only in fanOut: a filtered listing bypasses it.
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries %d is negative", req.GetMaxEntries())
+	// Checked here too: a filtered listing does not go through fanOut.
+	if err := checkMaxEntries(req.GetMaxEntries()); err != nil {
+		return nil, err
 	}
 	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
 		out := shallowCopy(req)

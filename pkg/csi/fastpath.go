@@ -249,8 +249,6 @@ func (r *fastCreate) decoded() proto.Message {
 	return m
 }
 
-var connectionKey = []byte(ConnectionParameter)
-
 // parseCreateVolume reads b for the fast path; ok=false sends it to the
 // typed handler.
 func parseCreateVolume(b []byte) (*fastCreate, bool) {

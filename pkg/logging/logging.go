@@ -29,7 +29,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 		if f, ok := w.(*os.File); ok {
 			noColor = !isatty.IsTerminal(f.Fd())
 		}
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000"})), nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000"})), nil
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}

@@ -24,11 +24,9 @@ func benchRules() (Config, Inputs) {
 		for alt := 0; alt < 2; alt++ {
 			r := Rule{TopologyKey: key, Source: sources[(2*k+alt)%len(sources)]}
 			value := fmt.Sprintf("worker-zone%d-rack%d-node%02d", k%4, k, alt)
+			// nodeName and hostname rules read the fixed in.NodeName and
+			// in.Hostname; the other sources get value.
 			switch r.Source {
-			case SourceNodeName:
-				value = in.NodeName
-			case SourceHostname:
-				value = in.Hostname
 			case SourceEnv:
 				r.EnvName = fmt.Sprintf("TOPO_%d_%d", k, alt)
 				in.Env[r.EnvName] = value

@@ -53,9 +53,10 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		return nil, err
 	}
 	b = &bench{o: o}
+	started := b // b is nil once an error is returned
 	defer func() {
 		if err != nil {
-			b.stop()
+			started.stop()
 		}
 	}()
 	noopSock := filepath.Join(dir, "noop.sock")

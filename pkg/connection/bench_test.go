@@ -11,24 +11,23 @@ import (
 )
 
 // benchStore is a store as serve builds it (folder source, the default
-// 60-minute cache, the real clock) with one connection file loaded and
-// cached. The folder source's clock runs racyWindow and a second ahead, so
-// the file, written just now, reads as old enough to trust: a cache hit
-// then costs what it costs in production, a stat and no read.
+// 60-minute cache) with one connection file loaded and cached. Its clock
+// is the real one run racyWindow and a second ahead, so the file, written
+// just now, reads as old enough to trust: a cache hit then costs what it
+// costs in production, a stat and no read.
 func benchStore(b *testing.B) *Store {
 	b.Helper()
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "nfs.yaml"), []byte(connA), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	src := NewFolderSource(dir)
-	src.now = func() time.Time { return time.Now().Add(racyWindow + time.Second) }
 	log := slog.New(slog.DiscardHandler)
 	pool := upstream.NewPool(log)
 	b.Cleanup(pool.Close)
 	reads := 0
 	s := NewStore(Options{
-		Source: src, CacheTimeout: time.Hour, Pool: pool, Log: log,
+		Folder: dir, CacheTimeout: time.Hour, Pool: pool, Log: log,
+		Now:    func() time.Time { return time.Now().Add(racyWindow + time.Second) },
 		OnLoad: func(string, bool, error) { reads++ },
 	})
 	if _, err := s.Get("nfs"); err != nil {

@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -305,21 +307,21 @@ func TestFolderSourceRacyVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := NewFolderSource(dir)
-	v1, err1 := src.Stat("nfs")
-	v2, err2 := src.Stat("nfs")
+	v1, err1 := src.Stat("nfs", time.Now())
+	v2, err2 := src.Stat("nfs", time.Now())
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
 	if v1 == v2 {
-		t.Errorf("a file changed just now got the same version twice (%q): a same-size rewrite could go unseen", v1)
+		t.Errorf("a file changed just now got the same version twice (%+v): a same-size rewrite could go unseen", v1)
 	}
-	src.now = func() time.Time { return time.Now().Add(racyWindow + time.Second) }
-	v3, _ := src.Stat("nfs")
-	v4, _ := src.Stat("nfs")
+	later := time.Now().Add(racyWindow + time.Second)
+	v3, _ := src.Stat("nfs", later)
+	v4, _ := src.Stat("nfs", later)
 	if v3 != v4 {
-		t.Errorf("an old file's versions differ (%q, %q): every Get would read it", v3, v4)
+		t.Errorf("an old file's versions differ (%+v, %+v): every Get would read it", v3, v4)
 	}
-	if _, err := src.Stat("missing"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := src.Stat("missing", time.Now()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat(missing) = %v, want fs.ErrNotExist", err)
 	}
 }
@@ -333,14 +335,14 @@ type fakeSource struct {
 	reads   int
 }
 
-func (f *fakeSource) Stat(name string) (string, error) {
+func (f *fakeSource) Stat(name string, _ time.Time) (Version, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.version[name]
 	if !ok {
-		return "", fs.ErrNotExist
+		return Version{}, fs.ErrNotExist
 	}
-	return v, nil
+	return Version{Key: v}, nil
 }
 
 func (f *fakeSource) Read(name string) ([]byte, error) {
@@ -395,11 +397,11 @@ func TestStampChanged(t *testing.T) {
 	if got := (stamp{mtimeNs: 42}).changed(); !got.Equal(time.Unix(0, 42)) {
 		t.Errorf("without ctime, changed() = %v, want the mtime", got)
 	}
-	fi, err := os.Stat(filepath.Join(t.TempDir()))
-	if err != nil {
+	var sys syscall.Stat_t
+	if err := syscall.Stat(t.TempDir(), &sys); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(stampOf(fi).changed()); d < 0 || d > time.Minute {
+	if d := time.Since(stampOf(&sys).changed()); d < 0 || d > time.Minute {
 		t.Errorf("a new directory changed %v ago", d)
 	}
 }
@@ -475,5 +477,30 @@ func TestConcurrentGet(t *testing.T) {
 				t.Errorf("Pool.Len() = %d, want 2", n)
 			}
 		})
+	}
+}
+
+// FolderSource builds its paths by concatenation; for every valid name
+// they must be what filepath.Join makes, which messages have always shown.
+func TestFolderSourcePath(t *testing.T) {
+	dirs := []string{"", ".", "./", "/", "//", "/mnt/connections", "/mnt/connections/", "/mnt//x/./y/../connections", "rel", "./rel/", "..", "../up"}
+	names := []string{"a", "A", "0", "nfs", "a..b", "a.yaml", "a_b-c.d", "z.", strings.Repeat("z", 63)}
+	for _, name := range names {
+		if err := ids.ValidateConnectionName(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range dirs {
+		src := NewFolderSource(dir)
+		literal := &FolderSource{Dir: dir}
+		for _, name := range names {
+			want := filepath.Join(dir, name+".yaml")
+			if got := src.Describe(name); got != want {
+				t.Errorf("NewFolderSource(%q).Describe(%q) = %q, want %q", dir, name, got, want)
+			}
+			if got := literal.Describe(name); got != want {
+				t.Errorf("FolderSource{Dir: %q}.Describe(%q) = %q, want %q", dir, name, got, want)
+			}
+		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,11 +19,11 @@ import (
 type Source interface {
 	// Stat returns the version of <name>.yaml: equal versions promise equal
 	// content, so the store reads the file only when the version changes.
-	// A version with an UntrustedMark promises nothing (the store reads the
-	// content on every call) but names the same file version as any other
-	// version with the same text before the mark. The error wraps
-	// fs.ErrNotExist when there is no such file.
-	Stat(name string) (version string, err error)
+	// now is the time of the call, for sources whose versions depend on
+	// it (FolderSource's racy window); the store reads its clock once per
+	// Get and hands it down. The error wraps fs.ErrNotExist when there is
+	// no such file.
+	Stat(name string, now time.Time) (Version, error)
 	// Read returns the content of <name>.yaml.
 	Read(name string) ([]byte, error)
 	// List returns the connection names present, sorted; names that are
@@ -35,29 +33,67 @@ type Source interface {
 	Describe(name string) string
 }
 
-// UntrustedMark ends the trusted part of a version (see Source.Stat).
-const UntrustedMark = "~"
+// Version identifies one version of a connection file. It is compared
+// with ==, on every Get, so it is a small struct rather than a string to
+// format.
+type Version struct {
+	// Key is the version for sources that name versions themselves, e.g.
+	// by a hash of the content (the Secret source).
+	Key string
+	// file is FolderSource's stamp of the file.
+	file stamp
+	// Untrusted, when not 0, makes the version promise nothing: the store
+	// reads the content on every call. A source numbers its untrusted
+	// versions so that no two are equal; with Untrusted set back to 0 the
+	// version still names the same file version as the trusted one (see
+	// sameFileVersion).
+	Untrusted uint64
+}
 
 // sameFileVersion reports whether two versions name the same file version,
 // trusted or not.
-func sameFileVersion(a, b string) bool {
-	a, _, _ = strings.Cut(a, UntrustedMark)
-	b, _, _ = strings.Cut(b, UntrustedMark)
+func sameFileVersion(a, b Version) bool {
+	a.Untrusted, b.Untrusted = 0, 0
 	return a == b
 }
 
 // FolderSource reads <Dir>/<name>.yaml.
 type FolderSource struct {
+	// Dir is the folder. NewFolderSource derives the path prefix from it,
+	// so it must not change afterwards.
 	Dir string
-	// now is the clock compared with file times; nil means time.Now.
-	now func() time.Time
-	seq atomic.Uint64
+	// prefix is Dir cleaned, with a trailing "/" unless it is empty (the
+	// current directory); hasPrefix says NewFolderSource set it, so a
+	// FolderSource{Dir: d} literal still works, joining on every call.
+	prefix    string
+	hasPrefix bool
+	seq       atomic.Uint64
 }
 
 // NewFolderSource returns a source for dir.
-func NewFolderSource(dir string) *FolderSource { return &FolderSource{Dir: dir} }
+func NewFolderSource(dir string) *FolderSource {
+	f := &FolderSource{Dir: dir, hasPrefix: true}
+	switch clean := filepath.Clean(dir); clean {
+	case ".":
+		f.prefix = ""
+	case "/":
+		f.prefix = "/"
+	default:
+		f.prefix = clean + "/"
+	}
+	return f
+}
 
-func (f *FolderSource) path(name string) string { return filepath.Join(f.Dir, name+".yaml") }
+// path is filepath.Join(f.Dir, name+".yaml") for a valid connection name,
+// built by concatenation because Stat runs on every call: a valid name has
+// no "/" and does not start with a dot, so joining cleans nothing in it.
+// Invalid names never get here (the store refuses them first).
+func (f *FolderSource) path(name string) string {
+	if !f.hasPrefix {
+		return filepath.Join(f.Dir, name+".yaml")
+	}
+	return f.prefix + name + ".yaml"
+}
 
 // Describe returns the file path.
 func (f *FolderSource) Describe(name string) string { return f.path(name) }
@@ -111,23 +147,34 @@ const racyWindow = 2 * time.Second
 // Stat versions a file by inode, size, mtime and ctime, so one stat(2)
 // detects an edit in place, a rename over the file and the symlink swap
 // Kubernetes uses to update a mounted Secret. A file changed within
-// racyWindow gets a version that never repeats, so the store reads it (and
-// compares its bytes) on every call until its stamp can be trusted.
-func (f *FolderSource) Stat(name string) (string, error) {
-	fi, err := os.Stat(f.path(name))
-	if err != nil {
-		return "", err
+// racyWindow of now gets a version that never repeats, so the store reads
+// it (and compares its bytes) on every call until its stamp can be trusted.
+func (f *FolderSource) Stat(name string, now time.Time) (Version, error) {
+	var sys syscall.Stat_t
+	if err := f.stat(name, &sys); err != nil {
+		return Version{}, err
 	}
-	st := stampOf(fi)
-	v := st.String()
-	now := time.Now
-	if f.now != nil {
-		now = f.now
-	}
-	if now().Sub(st.changed()) < racyWindow {
-		v += UntrustedMark + "racy" + strconv.FormatUint(f.seq.Add(1), 10)
+	v := Version{file: stampOf(&sys)}
+	if now.Sub(v.file.changed()) < racyWindow {
+		v.Untrusted = f.seq.Add(1)
 	}
 	return v, nil
+}
+
+// stat is os.Stat without the os.FileInfo it allocates: stat(2), following
+// symlinks, retried on EINTR (which the runtime's preemption signals can
+// cause on network file systems), with the error os.Stat returns.
+func (f *FolderSource) stat(name string, sys *syscall.Stat_t) error {
+	path := f.path(name)
+	for {
+		err := syscall.Stat(path, sys)
+		if err == nil {
+			return nil
+		}
+		if err != syscall.EINTR {
+			return &fs.PathError{Op: "stat", Path: path, Err: err}
+		}
+	}
 }
 
 // List returns the valid connection names of *.yaml files, sorted.
@@ -153,25 +200,13 @@ func (f *FolderSource) List() ([]string, error) {
 	return names, nil
 }
 
-// stamp identifies a file version without reading it.
+// stamp identifies a file version without reading it. mtimeNs is the
+// whole mtime in nanoseconds; ctime and ctimeNs are the seconds and
+// nanoseconds of the ctime.
 type stamp struct {
-	ino, size        uint64
-	mtime, ctime     int64
-	mtimeNs, ctimeNs int64
-}
-
-func (st stamp) String() string {
-	b := make([]byte, 0, 64)
-	b = strconv.AppendUint(b, st.ino, 16)
-	b = append(b, ':')
-	b = strconv.AppendUint(b, st.size, 16)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, st.mtimeNs, 16)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, st.ctime, 16)
-	b = append(b, '.')
-	b = strconv.AppendInt(b, st.ctimeNs, 16)
-	return string(b)
+	ino, size      uint64
+	mtimeNs        int64
+	ctime, ctimeNs int64
 }
 
 // changed is when the file last changed: its ctime, which no one can set
@@ -183,12 +218,12 @@ func (st stamp) changed() time.Time {
 	return time.Unix(0, st.mtimeNs)
 }
 
-func stampOf(fi fs.FileInfo) stamp {
-	st := stamp{size: uint64(fi.Size()), mtimeNs: fi.ModTime().UnixNano()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = sys.Ino
-		st.ctime, st.ctimeNs = sys.Ctim.Sec, sys.Ctim.Nsec
-		st.mtime = sys.Mtim.Sec
+func stampOf(sys *syscall.Stat_t) stamp {
+	return stamp{
+		ino:     uint64(sys.Ino),
+		size:    uint64(sys.Size),
+		mtimeNs: sys.Mtim.Nano(),
+		ctime:   int64(sys.Ctim.Sec),
+		ctimeNs: int64(sys.Ctim.Nsec),
 	}
-	return st
 }

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
@@ -58,7 +60,9 @@ type Options struct {
 	DriverName, Version string
 	Pool                *upstream.Pool
 	Log                 *slog.Logger
-	// Now is the clock; nil means time.Now (tests replace it).
+	// Now is the clock; nil means time.Now (tests replace it). It is read
+	// once per Get and also given to Source.Stat, which compares it with
+	// file times.
 	Now func() time.Time
 	// OnLoad, if set, is called after every read of a connection file:
 	// reload is true when the file replaced a cached version of itself,
@@ -72,19 +76,34 @@ type Store struct {
 	opts Options
 	src  Source
 
-	mu        sync.Mutex
-	entries   map[string]*entry
-	lastSweep time.Time
+	// epoch is the clock reading at NewStore. Times are kept as durations
+	// since it, so they fit in atomics; a duration between two time.Now
+	// readings uses the monotonic clock, as time.Time.Sub does.
+	epoch time.Time
+
+	// mu guards entries. A cache hit takes only the read lock; entries
+	// are replaced, never changed, except for their lastUsed.
+	mu      sync.RWMutex
+	entries map[string]*entry
+	// lastSweep is when the last sweep ran (since epoch), or neverSwept.
+	// A Get reads it without the lock to see whether a sweep is due.
+	lastSweep atomic.Int64
 }
+
+// neverSwept is lastSweep before the first sweep: the first Get sweeps.
+const neverSwept = math.MinInt64
 
 type entry struct {
 	// version is the source's version of the content below.
-	version string
+	version Version
 	// data is the content conn or err was made from.
-	data     []byte
-	conn     *Connection
-	err      error // cached load error for this version
-	lastUsed time.Time
+	data []byte
+	conn *Connection
+	err  error // cached load error for this version
+	// lastUsed is when the entry was last returned (since the store's
+	// epoch). A hit stores it under the read lock, so a sweep, which holds
+	// the write lock, sees either the hit or none of it.
+	lastUsed atomic.Int64
 }
 
 // NewStore returns a store; nothing is read until the first Get.
@@ -98,7 +117,9 @@ func NewStore(opts Options) *Store {
 	if opts.Source == nil {
 		opts.Source = NewFolderSource(opts.Folder)
 	}
-	return &Store{opts: opts, src: opts.Source, entries: map[string]*entry{}}
+	s := &Store{opts: opts, src: opts.Source, epoch: opts.Now(), entries: map[string]*entry{}}
+	s.lastSweep.Store(neverSwept)
+	return s
 }
 
 // Location names where connections come from, for messages.
@@ -116,7 +137,8 @@ func (s *Store) Get(name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
-	ver, err := s.src.Stat(name)
+	now := s.opts.Now()
+	ver, err := s.src.Stat(name, now)
 	if err != nil {
 		s.forget(name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -126,18 +148,23 @@ func (s *Store) Get(name string) (*Connection, error) {
 		s.loaded(name, false, err)
 		return nil, err
 	}
-	now := s.opts.Now()
+	at := int64(now.Sub(s.epoch))
 
-	s.mu.Lock()
-	s.sweepLocked(now)
-	prev, cached := s.entries[name]
-	if cached && prev.version == ver && s.opts.CacheTimeout != 0 {
-		prev.lastUsed = now
-		conn, err := prev.conn, prev.err
-		s.mu.Unlock()
-		return conn, err
+	// With cacheTimeout 0 nothing is ever stored, so there is nothing to
+	// sweep or find.
+	var prev *entry
+	var cached bool
+	if s.opts.CacheTimeout != 0 {
+		s.sweep(at)
+		s.mu.RLock()
+		prev, cached = s.entries[name]
+		if cached && prev.version == ver {
+			prev.lastUsed.Store(at)
+			s.mu.RUnlock()
+			return prev.conn, prev.err
+		}
+		s.mu.RUnlock()
 	}
-	s.mu.Unlock()
 
 	data, err := s.src.Read(name)
 	var conn *Connection
@@ -160,8 +187,10 @@ func (s *Store) Get(name string) (*Connection, error) {
 		s.loaded(name, cached, err)
 	}
 	if s.opts.CacheTimeout != 0 {
+		e := &entry{version: ver, data: data, conn: conn, err: err}
+		e.lastUsed.Store(at)
 		s.mu.Lock()
-		s.entries[name] = &entry{version: ver, data: data, conn: conn, err: err, lastUsed: now}
+		s.entries[name] = e
 		s.mu.Unlock()
 	}
 	return conn, err
@@ -179,26 +208,38 @@ func (s *Store) forget(name string) {
 	s.mu.Unlock()
 }
 
-// sweepLocked drops entries unused for longer than the cache timeout. It
-// runs at most once per tenth of the timeout, so the cost is amortised and
-// no background goroutine is needed.
-func (s *Store) sweepLocked(now time.Time) {
+// sweep drops entries unused for longer than the cache timeout; at is now,
+// since epoch. It runs at most once per tenth of the timeout, so the cost
+// is amortised and no background goroutine is needed. When no sweep is
+// due it costs one atomic load, and no lock.
+func (s *Store) sweep(at int64) {
 	ttl := s.opts.CacheTimeout
-	if ttl <= 0 || now.Sub(s.lastSweep) < ttl/10 {
+	if ttl <= 0 || !s.sweepDue(at) {
 		return
 	}
-	s.lastSweep = now
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Another Get may have swept since the check above.
+	if !s.sweepDue(at) {
+		return
+	}
+	s.lastSweep.Store(at)
 	for name, e := range s.entries {
-		if now.Sub(e.lastUsed) > ttl {
+		if time.Duration(at-e.lastUsed.Load()) > ttl {
 			delete(s.entries, name)
 		}
 	}
 }
 
+func (s *Store) sweepDue(at int64) bool {
+	last := s.lastSweep.Load()
+	return last == neverSwept || time.Duration(at-last) >= s.opts.CacheTimeout/10
+}
+
 // Cached reports how many connections are held in the cache.
 func (s *Store) Cached() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return len(s.entries)
 }
 

@@ -173,7 +173,7 @@ func TestSecretSourceOverREST(t *testing.T) {
 	// those states, and it ends deleted.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := src.Stat("a")
+		_, err := src.Stat("a", time.Now())
 		if err != nil && strings.Contains(err.Error(), "does not exist") {
 			break
 		}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -75,7 +76,7 @@ type snapshot struct {
 	// versions maps key to a hash of its value: a key keeps its version
 	// when another key of the Secret changes, so the store re-reads only
 	// the connection that changed.
-	versions map[string]string
+	versions map[string]connection.Version
 }
 
 // NewSecretSource returns a source for Secret namespace/name. client is a
@@ -147,7 +148,7 @@ func (s *SecretSource) apply(obj any) {
 		exists:          true,
 		resourceVersion: sec.ResourceVersion,
 		data:            make(map[string][]byte, len(sec.Data)+len(sec.StringData)),
-		versions:        make(map[string]string, len(sec.Data)+len(sec.StringData)),
+		versions:        make(map[string]connection.Version, len(sec.Data)+len(sec.StringData)),
 	}
 	for k, v := range sec.Data {
 		snap.data[k] = v
@@ -158,7 +159,7 @@ func (s *SecretSource) apply(obj any) {
 	}
 	for k, v := range snap.data {
 		sum := sha256.Sum256(v)
-		snap.versions[k] = hex.EncodeToString(sum[:12])
+		snap.versions[k] = connection.Version{Key: hex.EncodeToString(sum[:12])}
 	}
 	prev := s.snap.Swap(snap)
 	s.logChanges(prev, snap)
@@ -218,19 +219,20 @@ func (s *SecretSource) Describe(name string) string {
 }
 
 // Stat returns the version of key <name>.yaml: a hash of its value, so it
-// changes exactly when the value does. The error wraps fs.ErrNotExist when
-// the key (or the whole Secret) is absent.
-func (s *SecretSource) Stat(name string) (string, error) {
+// changes exactly when the value does (the time of the call plays no
+// part). The error wraps fs.ErrNotExist when the key (or the whole Secret)
+// is absent.
+func (s *SecretSource) Stat(name string, _ time.Time) (connection.Version, error) {
 	snap, err := s.current()
 	if err != nil {
-		return "", err
+		return connection.Version{}, err
 	}
 	if !snap.exists {
-		return "", fmt.Errorf("%s: %w: %w", s.Describe(name), ErrNoSecret, fs.ErrNotExist)
+		return connection.Version{}, fmt.Errorf("%s: %w: %w", s.Describe(name), ErrNoSecret, fs.ErrNotExist)
 	}
 	v, ok := snap.versions[key(name)]
 	if !ok {
-		return "", fmt.Errorf("%s: %w", s.Describe(name), fs.ErrNotExist)
+		return connection.Version{}, fmt.Errorf("%s: %w", s.Describe(name), fs.ErrNotExist)
 	}
 	return v, nil
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 const ns, secretName = "proxy-topology", "connections"
@@ -100,9 +102,9 @@ func (h *harness) update(data map[string]string) {
 	}
 }
 
-func (h *harness) stat(name string) string {
+func (h *harness) stat(name string) connection.Version {
 	h.t.Helper()
-	v, err := h.src.Stat(name)
+	v, err := h.src.Stat(name, time.Now())
 	if err != nil {
 		h.t.Fatalf("Stat(%s): %v", name, err)
 	}
@@ -161,7 +163,7 @@ func TestSecretSourceReads(t *testing.T) {
 		t.Errorf("Describe = %q, want %q", got, want)
 	}
 
-	_, err := h.src.Stat("leak")
+	_, err := h.src.Stat("leak", time.Now())
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat(leak) = %v; want fs.ErrNotExist", err)
 	}
@@ -214,7 +216,7 @@ func TestSecretSourceUpdates(t *testing.T) {
 	// Changing one key changes only its version, so the store re-reads
 	// only that connection.
 	h.update(map[string]string{"a.yaml": "one changed", "b.yaml": "two"})
-	h.waitFor("a.yaml to change", func() bool { v, _ := h.src.Stat("a"); return v != va })
+	h.waitFor("a.yaml to change", func() bool { v, _ := h.src.Stat("a", time.Now()); return v != va })
 	if h.read("a") != "one changed" {
 		t.Errorf("Read(a) = %q", h.read("a"))
 	}
@@ -224,8 +226,8 @@ func TestSecretSourceUpdates(t *testing.T) {
 
 	// A key added and one removed.
 	h.update(map[string]string{"a.yaml": "one changed", "c.yaml": "three"})
-	h.waitFor("c.yaml to appear", func() bool { _, err := h.src.Stat("c"); return err == nil })
-	if _, err := h.src.Stat("b"); !errors.Is(err, fs.ErrNotExist) {
+	h.waitFor("c.yaml to appear", func() bool { _, err := h.src.Stat("c", time.Now()); return err == nil })
+	if _, err := h.src.Stat("b", time.Now()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat(b) after removal = %v; want fs.ErrNotExist", err)
 	}
 	if diff := cmp.Diff([]string{"a", "c"}, h.list()); diff != "" {
@@ -234,7 +236,7 @@ func TestSecretSourceUpdates(t *testing.T) {
 
 	// A value set back to an old content gets the old version back.
 	h.update(map[string]string{"a.yaml": "one", "c.yaml": "three"})
-	h.waitFor("a.yaml to revert", func() bool { v, _ := h.src.Stat("a"); return v == va })
+	h.waitFor("a.yaml to revert", func() bool { v, _ := h.src.Stat("a", time.Now()); return v == va })
 }
 
 func TestSecretSourceDeletedAndRecreated(t *testing.T) {
@@ -242,8 +244,8 @@ func TestSecretSourceDeletedAndRecreated(t *testing.T) {
 	if err := h.client.CoreV1().Secrets(ns).Delete(context.Background(), secretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the Secret to go", func() bool { _, err := h.src.Stat("a"); return err != nil })
-	_, err := h.src.Stat("a")
+	h.waitFor("the Secret to go", func() bool { _, err := h.src.Stat("a", time.Now()); return err != nil })
+	_, err := h.src.Stat("a", time.Now())
 	if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrNoSecret) {
 		t.Errorf("Stat after delete = %v; want ErrNoSecret and fs.ErrNotExist", err)
 	}
@@ -256,7 +258,7 @@ func TestSecretSourceDeletedAndRecreated(t *testing.T) {
 	if _, err := h.client.CoreV1().Secrets(ns).Create(context.Background(), secret(ns, secretName, map[string]string{"a.yaml": "again"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the Secret to come back", func() bool { _, err := h.src.Stat("a"); return err == nil })
+	h.waitFor("the Secret to come back", func() bool { _, err := h.src.Stat("a", time.Now()); return err == nil })
 	if h.read("a") != "again" {
 		t.Errorf("Read(a) = %q", h.read("a"))
 	}
@@ -266,7 +268,7 @@ func TestSecretSourceDeletedAndRecreated(t *testing.T) {
 // connections are missing until it is created.
 func TestSecretSourceAbsentAtStart(t *testing.T) {
 	h := start(t)
-	if _, err := h.src.Stat("a"); !errors.Is(err, ErrNoSecret) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := h.src.Stat("a", time.Now()); !errors.Is(err, ErrNoSecret) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat = %v; want ErrNoSecret and fs.ErrNotExist", err)
 	}
 	if names := h.list(); len(names) != 0 {
@@ -275,14 +277,14 @@ func TestSecretSourceAbsentAtStart(t *testing.T) {
 	if _, err := h.client.CoreV1().Secrets(ns).Create(context.Background(), secret(ns, secretName, map[string]string{"a.yaml": "one"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the Secret to appear", func() bool { _, err := h.src.Stat("a"); return err == nil })
+	h.waitFor("the Secret to appear", func() bool { _, err := h.src.Stat("a", time.Now()); return err == nil })
 }
 
 func TestSecretSourceNotSynced(t *testing.T) {
 	client := fake.NewClientset(secret(ns, secretName, map[string]string{"a.yaml": "one"}))
 	src := NewSecretSource(fakeAPI{client}, ns, secretName, quiet)
 	for name, err := range map[string]error{
-		"Stat": func() error { _, err := src.Stat("a"); return err }(),
+		"Stat": func() error { _, err := src.Stat("a", time.Now()); return err }(),
 		"Read": func() error { _, err := src.Read("a"); return err }(),
 		"List": func() error { _, err := src.List(); return err }(),
 	} {
@@ -327,7 +329,7 @@ func TestSecretSourceConcurrent(t *testing.T) {
 					t.Errorf("Read = %q, %v", v, err)
 					return
 				}
-				_, _ = h.src.Stat("a")
+				_, _ = h.src.Stat("a", time.Now())
 				_, _ = h.src.List()
 			}
 		}()

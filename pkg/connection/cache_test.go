@@ -504,3 +504,64 @@ func TestFolderSourcePath(t *testing.T) {
 		}
 	}
 }
+
+// FolderSource.Stat makes the system call itself where it can (a path
+// short enough to build on the stack) and calls syscall.Stat otherwise;
+// either way it must see what os.Stat sees, symlinks followed, and fail
+// with the same error.
+func TestFolderSourceStatLikeOsStat(t *testing.T) {
+	root := t.TempDir()
+	long := root
+	for len(long) < statPathMax {
+		long = filepath.Join(long, strings.Repeat("d", 100))
+	}
+	notDir := filepath.Join(root, "file")
+	for _, dir := range []string{root, long} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "nfs.yaml"), []byte(connA), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("nfs.yaml", filepath.Join(dir, "link.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sources := map[string]*FolderSource{
+		"short":   NewFolderSource(root),
+		"long":    NewFolderSource(long),
+		"literal": {Dir: root},
+		"notDir":  NewFolderSource(notDir),
+	}
+	if !sources["short"].direct && sysFstatat != 0 {
+		t.Error("a short folder path does not take the direct system call")
+	}
+	if n := len(sources["long"].path("nfs")); n < statPathMax {
+		t.Fatalf("the long path has %d bytes, not enough to need syscall.Stat", n)
+	}
+	later := time.Now().Add(time.Hour)
+	for what, src := range sources {
+		for _, name := range []string{"nfs", "link", "missing"} {
+			t.Run(what+"/"+name, func(t *testing.T) {
+				got, err := src.Stat(name, later)
+				fi, osErr := os.Stat(src.path(name))
+				if osErr != nil {
+					if err == nil || err.Error() != osErr.Error() || errors.Is(err, fs.ErrNotExist) != errors.Is(osErr, fs.ErrNotExist) {
+						t.Errorf("Stat error %v, want os.Stat's %v", err, osErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := stampOf(fi.Sys().(*syscall.Stat_t))
+				if got != (Version{file: want}) || got.file.size != uint64(len(connA)) {
+					t.Errorf("Stat = %+v, want the stamp %+v", got, want)
+				}
+			})
+		}
+	}
+}

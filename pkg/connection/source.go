@@ -7,11 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -69,11 +67,7 @@ type FolderSource struct {
 	// FolderSource{Dir: d} literal still works, joining on every call.
 	prefix    string
 	hasPrefix bool
-	// direct says stat may build the path on the stack and make the
-	// system call itself: the call is known on this platform and the
-	// prefix has no NUL (which syscall.Stat refuses with EINVAL).
-	direct bool
-	seq    atomic.Uint64
+	seq       atomic.Uint64
 }
 
 // NewFolderSource returns a source for dir.
@@ -87,7 +81,6 @@ func NewFolderSource(dir string) *FolderSource {
 	default:
 		f.prefix = clean + "/"
 	}
-	f.direct = sysFstatat != 0 && strings.IndexByte(f.prefix, 0) < 0
 	return f
 }
 
@@ -172,45 +165,17 @@ func (f *FolderSource) Stat(name string, now time.Time) (Version, error) {
 // symlinks, retried on EINTR (which the runtime's preemption signals can
 // cause on network file systems), with the error os.Stat returns.
 func (f *FolderSource) stat(name string, sys *syscall.Stat_t) error {
-	var err error
-	if f.direct && len(f.prefix)+len(name)+len(".yaml") < statPathMax && strings.IndexByte(name, 0) < 0 {
-		// syscall.Stat would copy the path to the heap to add the NUL;
-		// here it is built on the stack, NUL and all, and given to the
-		// same system call.
-		var buf [statPathMax]byte // zero: the path ends in NUL
-		n := copy(buf[:], f.prefix)
-		n += copy(buf[n:], name)
-		copy(buf[n:], ".yaml")
-		for {
-			_, _, errno := syscall.Syscall6(sysFstatat, atFDCWD, uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(sys)), 0, 0, 0)
-			if errno != syscall.EINTR {
-				if errno != 0 {
-					err = errno
-				}
-				break
-			}
+	path := f.path(name)
+	for {
+		err := syscall.Stat(path, sys)
+		if err == nil {
+			return nil
 		}
-	} else {
-		for {
-			if err = syscall.Stat(f.path(name), sys); err != syscall.EINTR {
-				break
-			}
+		if err != syscall.EINTR {
+			return &fs.PathError{Op: "stat", Path: path, Err: err}
 		}
 	}
-	if err != nil {
-		return &fs.PathError{Op: "stat", Path: f.path(name), Err: err}
-	}
-	return nil
 }
-
-// statPathMax bounds the paths FolderSource.stat builds on the stack, NUL
-// included; a longer one (a folder path of some 180 bytes) goes through
-// syscall.Stat.
-const statPathMax = 256
-
-// atFDCWD is AT_FDCWD (-100): fstatat resolves a relative path from the
-// working directory, as stat(2) does.
-const atFDCWD = ^uintptr(99)
 
 // List returns the valid connection names of *.yaml files, sorted.
 func (f *FolderSource) List() ([]string, error) {

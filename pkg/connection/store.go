@@ -41,6 +41,21 @@ type Connection struct {
 	// the same client unless csi.nodeEndpoint differs from csi.endpoint.
 	Controller *upstream.Client
 	Node       *upstream.Client
+
+	// topology is Config.Proxy.PerDriver.Topology compiled (Topology).
+	topology atomic.Pointer[accessible.Compiled]
+}
+
+// Topology returns the connection's topology list compiled for opts. It is
+// built on first use and kept with the connection, so a call only matches
+// terms against it; a reload makes a new Connection and so a new one.
+func (c *Connection) Topology(opts accessible.Options) *accessible.Compiled {
+	if t := c.topology.Load(); t != nil && t.Options() == opts {
+		return t
+	}
+	t := accessible.Compile(c.Config.Proxy.PerDriver.Topology, opts)
+	c.topology.Store(t)
+	return t
 }
 
 // Options configures a Store.

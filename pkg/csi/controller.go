@@ -38,10 +38,12 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	topology, err := accessible.Decide(c.Name, req.GetAccessibilityRequirements(), c.Config.Proxy.PerDriver.Topology, d.opts.Topology)
+	requirement := req.GetAccessibilityRequirements()
+	decision, err := c.Topology(d.opts.Topology).Decide(c.Name, accessible.TermsOf(requirement.GetRequisite()), accessible.TermsOf(requirement.GetPreferred()))
 	if err != nil {
 		return nil, err
 	}
+	topology := decision.Topologies()
 	// Never mutate the inbound request: edit a clone.
 	out := shallowCopy(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
@@ -232,7 +234,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	if vol := resp.GetVolume(); vol != nil {
 		vol.VolumeId = req.GetVolumeId()
-		vol.AccessibleTopology = accessible.Decorate(c.Config.Proxy.PerDriver.Topology, d.opts.Topology)
+		vol.AccessibleTopology = c.Topology(d.opts.Topology).All().Topologies()
 		if src := vol.GetContentSource(); src != nil {
 			vol.ContentSource = wrapSource(c, src)
 		}

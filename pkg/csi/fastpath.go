@@ -204,32 +204,30 @@ func mapEntry(b []byte) (key, value []byte) {
 	return key, value
 }
 
-// decodeTopologyRequirement decodes a wireValid TopologyRequirement as
-// proto.Unmarshal would (a repeated map key: the last wins), without
-// protobuf-go's reflective map decoding, which was most of what remained of
-// its cost (TestDecodeTopologyRequirement).
-func decodeTopologyRequirement(b []byte) *csi.TopologyRequirement {
-	req := &csi.TopologyRequirement{}
-	for len(b) > 0 {
+// topologyTerms splits a wireValid TopologyRequirement into its requisite
+// and preferred terms, each the encoding of a csi.Topology, for matching
+// without decoding the segment maps (accessible.Terms).
+func topologyTerms(b []byte) (requisite, preferred accessible.Terms) {
+	nReq, n := 0, 0
+	for rest := b; len(rest) > 0; n++ {
 		var f field
-		f, b = nextField(b)
-		t := &csi.Topology{}
-		for rest := f.data; len(rest) > 0; {
-			var e field
-			e, rest = nextField(rest)
-			if t.Segments == nil {
-				t.Segments = make(map[string]string, 2)
-			}
-			k, v := mapEntry(e.data)
-			t.Segments[string(k)] = string(v)
-		}
+		f, rest = nextField(rest)
 		if f.num == 1 {
-			req.Requisite = append(req.Requisite, t)
-		} else {
-			req.Preferred = append(req.Preferred, t)
+			nReq++
 		}
 	}
-	return req
+	all := make([][]byte, n)
+	r, p := 0, nReq
+	for rest := b; len(rest) > 0; {
+		var f field
+		f, rest = nextField(rest)
+		if f.num == 1 {
+			all[r], r = f.data, r+1
+		} else {
+			all[p], p = f.data, p+1
+		}
+	}
+	return accessible.Terms{Wire: all[:nReq:nReq]}, accessible.Terms{Wire: all[nReq:]}
 }
 
 // fastCreate is a CreateVolume request the fast path can serve.
@@ -324,11 +322,11 @@ func (d *Driver) fastCreateVolume(ctx context.Context, r *fastCreate) (any, erro
 	if len(c.Config.CSI.Parameters) > 0 || len(c.Config.CSI.Secrets) > 0 {
 		out = appendDefaults(append([]byte(nil), out...), r.raw, c.Config.CSI.Parameters, c.Config.CSI.Secrets)
 	}
-	var requirement *csi.TopologyRequirement
+	var requisite, preferred accessible.Terms
 	if r.hasTopo {
-		requirement = decodeTopologyRequirement(r.topology)
+		requisite, preferred = topologyTerms(r.topology)
 	}
-	topology, err := accessible.Decide(c.Name, requirement, c.Config.Proxy.PerDriver.Topology, d.opts.Topology)
+	topology, err := c.Topology(d.opts.Topology).Decide(c.Name, requisite, preferred)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +339,7 @@ func (d *Driver) fastCreateVolume(ctx context.Context, r *fastCreate) (any, erro
 	}
 	volumeID, out, ok := rewriteCreateVolumeResponse(resp.b, topology, c.Name)
 	if !ok {
-		return d.finishCreateTyped(ctx, c, r, resp.b, topology)
+		return d.finishCreateTyped(ctx, c, r, resp.b, topology.Topologies())
 	}
 	if volumeID == "" {
 		return nil, noVolumeID(c)
@@ -423,7 +421,7 @@ func (d *Driver) finishCreateTyped(ctx context.Context, c *connection.Connection
 // volume's ID wrapped, its accessible_topology replaced by topology, every
 // other byte kept. ok=false: not a plain answer, decode it. out=nil with
 // ok: the volume ID is empty or cannot be wrapped.
-func rewriteCreateVolumeResponse(b []byte, topology []*csi.Topology, conn string) (volumeID string, out []byte, ok bool) {
+func rewriteCreateVolumeResponse(b []byte, topology accessible.Decision, conn string) (volumeID string, out []byte, ok bool) {
 	if !wireValid(b, createVolumeResponseDesc, 0) {
 		return "", nil, false
 	}
@@ -463,34 +461,11 @@ func rewriteCreateVolumeResponse(b []byte, topology []*csi.Topology, conn string
 	}
 	vol = protowire.AppendTag(vol, 2, protowire.BytesType)
 	vol = protowire.AppendString(vol, id)
-	for _, t := range topology {
-		vol = appendTopology(vol, t)
-	}
+	vol = topology.AppendWire(vol, 5) // accessible_topology
 	out = make([]byte, 0, len(vol)+6)
 	out = protowire.AppendTag(out, 1, protowire.BytesType)
 	out = protowire.AppendBytes(out, vol)
 	return volumeID, out, true
-}
-
-// appendTopology appends t as field 5 of a Volume: a Topology is only its
-// segments map, which is what Decide fills.
-func appendTopology(b []byte, t *csi.Topology) []byte {
-	size := 0
-	for k, v := range t.GetSegments() {
-		size += entrySize(k, v)
-	}
-	b = protowire.AppendTag(b, 5, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(size))
-	for k, v := range t.GetSegments() {
-		b = appendEntry(b, 1, k, v)
-	}
-	return b
-}
-
-// entrySize is the size of a segments map entry as field 1 of a Topology.
-func entrySize(k, v string) int {
-	n := 2 + protowire.SizeBytes(len(k)) + protowire.SizeBytes(len(v))
-	return 1 + protowire.SizeBytes(n)
 }
 
 // forwardRaw is forward for bytes.

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// TestDecodeTopologyRequirement checks the hand-written decoder against
-// proto.Unmarshal, repeated keys and empty terms included.
-func TestDecodeTopologyRequirement(t *testing.T) {
+// TestTopologyTerms checks the split of a TopologyRequirement into wire
+// terms against proto.Unmarshal, repeated keys and empty terms included.
+func TestTopologyTerms(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 2000; i++ {
 		req := &csi.TopologyRequirement{}
@@ -42,8 +42,20 @@ func TestDecodeTopologyRequirement(t *testing.T) {
 		if err := proto.Unmarshal(b, want); err != nil {
 			t.Fatal(err)
 		}
-		if got := decodeTopologyRequirement(b); !proto.Equal(want, got) {
-			t.Fatalf("%x: decoded %v, want %v", b, got, want)
+		requisite, preferred := topologyTerms(b)
+		for _, c := range []struct {
+			wire [][]byte
+			want []*csi.Topology
+		}{{requisite.Wire, want.Requisite}, {preferred.Wire, want.Preferred}} {
+			if len(c.wire) != len(c.want) {
+				t.Fatalf("%x: %d terms, want %d", b, len(c.wire), len(c.want))
+			}
+			for i, w := range c.wire {
+				got := &csi.Topology{}
+				if err := proto.Unmarshal(w, got); err != nil || !proto.Equal(got, c.want[i]) {
+					t.Fatalf("%x: term %d is %v (%v), want %v", b, i, got, err, c.want[i])
+				}
+			}
 		}
 	}
 }

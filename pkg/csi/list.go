@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -147,7 +146,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			if err != nil {
 				return nil, "", err
 			}
-			topology := accessible.Decorate(c.Config.Proxy.PerDriver.Topology, d.opts.Topology)
+			topology := c.Topology(d.opts.Topology).All().Topologies()
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()

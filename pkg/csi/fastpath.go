@@ -2,7 +2,6 @@ package csi
 
 import (
 	"context"
-	"unicode/utf8"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -10,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -98,76 +96,11 @@ func serveTyped[M proto.Message](ctx context.Context, srv any, method string, b 
 }
 
 var (
-	createVolumeRequestDesc        = (&csi.CreateVolumeRequest{}).ProtoReflect().Descriptor()
-	createVolumeResponseDesc       = (&csi.CreateVolumeResponse{}).ProtoReflect().Descriptor()
-	nodeGetVolumeStatsRequestDesc  = (&csi.NodeGetVolumeStatsRequest{}).ProtoReflect().Descriptor()
-	nodeGetVolumeStatsResponseDesc = (&csi.NodeGetVolumeStatsResponse{}).ProtoReflect().Descriptor()
+	createVolumeRequestDesc        = wireTableOf((&csi.CreateVolumeRequest{}).ProtoReflect().Descriptor())
+	createVolumeResponseDesc       = wireTableOf((&csi.CreateVolumeResponse{}).ProtoReflect().Descriptor())
+	nodeGetVolumeStatsRequestDesc  = wireTableOf((&csi.NodeGetVolumeStatsRequest{}).ProtoReflect().Descriptor())
+	nodeGetVolumeStatsResponseDesc = wireTableOf((&csi.NodeGetVolumeStatsResponse{}).ProtoReflect().Descriptor())
 )
-
-// wireValid reports whether b is a message of type md that protobuf-go
-// decodes without error and without unknown fields: every field known and
-// of its wire type, strings valid UTF-8, sub-messages and map entries
-// likewise. false only means "not for the fast path"; the typed path
-// decides what b really is.
-func wireValid(b []byte, md protoreflect.MessageDescriptor, depth int) bool {
-	if depth > 32 {
-		return false
-	}
-	fields := md.Fields()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		fd := fields.ByNumber(num)
-		if fd == nil {
-			return false
-		}
-		switch fd.Kind() {
-		case protoreflect.MessageKind:
-			v, n := protowire.ConsumeBytes(b)
-			if typ != protowire.BytesType || n < 0 || !wireValid(v, fd.Message(), depth+1) {
-				return false
-			}
-			b = b[n:]
-		case protoreflect.StringKind:
-			v, n := protowire.ConsumeBytes(b)
-			if typ != protowire.BytesType || n < 0 || !utf8.Valid(v) {
-				return false
-			}
-			b = b[n:]
-		case protoreflect.BytesKind:
-			_, n := protowire.ConsumeBytes(b)
-			if typ != protowire.BytesType || n < 0 {
-				return false
-			}
-			b = b[n:]
-		case protoreflect.BoolKind, protoreflect.EnumKind, protoreflect.Int32Kind, protoreflect.Sint32Kind,
-			protoreflect.Uint32Kind, protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Uint64Kind:
-			_, n := protowire.ConsumeVarint(b)
-			if typ != protowire.VarintType || n < 0 {
-				return false
-			}
-			b = b[n:]
-		case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
-			_, n := protowire.ConsumeFixed32(b)
-			if typ != protowire.Fixed32Type || n < 0 {
-				return false
-			}
-			b = b[n:]
-		case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
-			_, n := protowire.ConsumeFixed64(b)
-			if typ != protowire.Fixed64Type || n < 0 {
-				return false
-			}
-			b = b[n:]
-		default: // groups
-			return false
-		}
-	}
-	return true
-}
 
 // field is one top-level field of a message that wireValid accepted.
 type field struct {
@@ -179,12 +112,12 @@ type field struct {
 // nextField splits off the first field of a wireValid message.
 func nextField(b []byte) (field, []byte) {
 	num, typ, n := protowire.ConsumeTag(b)
-	m := protowire.ConsumeFieldValue(num, typ, b[n:])
-	f := field{num: num, all: b[:n+m]}
-	if typ == protowire.BytesType {
-		f.data, _ = protowire.ConsumeBytes(b[n:])
+	if typ == protowire.BytesType { // most fields: read the length once
+		data, m := protowire.ConsumeBytes(b[n:])
+		return field{num: num, all: b[:n+m], data: data}, b[n+m:]
 	}
-	return f, b[n+m:]
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	return field{num: num, all: b[:n+m]}, b[n+m:]
 }
 
 // mapEntry returns the key and value of a wireValid map<string,string>
@@ -357,29 +290,43 @@ func (d *Driver) fastCreateVolume(ctx context.Context, r *fastCreate) (any, erro
 // mergeParameters give once decoded: the request's values win, and the
 // connection parameter is never passed on. No key is sent twice.
 func appendDefaults(out, raw []byte, parameters, secrets map[string]string) []byte {
+	// One pass over the request notes which default keys it sets; the
+	// usual request sets none or a few of them.
+	var buf [8][]byte
+	set := [2][][]byte{buf[:0:4], buf[4:4:8]}
+	for rest := raw; len(rest) > 0; {
+		var f field
+		f, rest = nextField(rest)
+		if f.num != 4 && f.num != 5 {
+			continue
+		}
+		defaults := parameters
+		if f.num == 5 {
+			defaults = secrets
+		}
+		if k, _ := mapEntry(f.data); len(defaults) > 0 {
+			if _, ok := defaults[string(k)]; ok {
+				set[f.num-4] = append(set[f.num-4], k)
+			}
+		}
+	}
 	for k, v := range parameters {
-		if k != ConnectionParameter && !hasKey(raw, 4, k) {
+		if k != ConnectionParameter && !containsKey(set[0], k) {
 			out = appendEntry(out, 4, k, v)
 		}
 	}
 	for k, v := range secrets {
-		if !hasKey(raw, 5, k) {
+		if !containsKey(set[1], k) {
 			out = appendEntry(out, 5, k, v)
 		}
 	}
 	return out
 }
 
-// hasKey reports whether the wireValid message b has an entry with key k in
-// its map field num.
-func hasKey(b []byte, num protowire.Number, k string) bool {
-	for len(b) > 0 {
-		var f field
-		f, b = nextField(b)
-		if f.num == num {
-			if key, _ := mapEntry(f.data); string(key) == k {
-				return true
-			}
+func containsKey(keys [][]byte, k string) bool {
+	for _, key := range keys {
+		if string(key) == k {
+			return true
 		}
 	}
 	return false

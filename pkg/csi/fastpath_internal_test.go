@@ -35,7 +35,7 @@ func TestTopologyTerms(t *testing.T) {
 			b = protowire.AppendTag(b, 1, protowire.BytesType)
 			b = protowire.AppendBytes(b, appendEntry(appendEntry(nil, 1, "k0", "a"), 1, "k0", "b"))
 		}
-		if !wireValid(b, (&csi.TopologyRequirement{}).ProtoReflect().Descriptor(), 0) {
+		if !wireValid(b, wireTableOf((&csi.TopologyRequirement{}).ProtoReflect().Descriptor()), 0) {
 			t.Fatalf("%x: not wireValid", b)
 		}
 		want := &csi.TopologyRequirement{}

@@ -2,6 +2,8 @@ package accessible
 
 import (
 	"cmp"
+	"hash/maphash"
+	"math/bits"
 	"maps"
 	"slices"
 	"sync"
@@ -42,6 +44,10 @@ func Compile(entries []Entry, opts Options) *Compiled {
 	c.topo = make([]map[string]string, len(entries))
 	c.first = make([]int, len(entries))
 	c.empty = make([]bool, len(entries))
+	// Equal topologies are found by an order-independent hash; maps.Equal
+	// decides, so a collision costs time, never a wrongly merged entry.
+	hashes := make([]uint64, len(entries))
+	seed := maphash.MakeSeed()
 	for i := range entries {
 		segments := make(map[string]string, len(c.norm[i])+len(entries[i].Extra))
 		maps.Copy(segments, entries[i].Extra)
@@ -51,8 +57,9 @@ func Compile(entries []Entry, opts Options) *Compiled {
 			segments[s.key] = s.value
 		}
 		c.topo[i], c.first[i], c.empty[i] = segments, i, len(segments) == 0
+		hashes[i] = segmentsHash(seed, segments)
 		for j := range i {
-			if maps.Equal(c.topo[j], segments) {
+			if hashes[j] == hashes[i] && maps.Equal(c.topo[j], segments) {
 				c.first[i] = j
 				break
 			}
@@ -332,6 +339,16 @@ func (d Decision) AppendWire(b []byte, num protowire.Number) []byte {
 		b = protowire.AppendBytes(b, d.c.wire[e])
 	}
 	return b
+}
+
+// segmentsHash is an order-independent hash of segments: a sum over pairs,
+// each pair hashed so that swapping key and value changes it.
+func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
+	var sum uint64
+	for k, v := range segments {
+		sum += bits.RotateLeft64(maphash.String(seed, k), 17)*0x9e3779b97f4a7c15 ^ maphash.String(seed, v)
+	}
+	return sum
 }
 
 // encodeSegments encodes a csi.Topology with these segments, keys sorted as

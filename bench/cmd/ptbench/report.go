@@ -237,7 +237,7 @@ func loadAvg() string {
 // microBenchmarks are the benchmarks the issue names: rule evaluation (50
 // rules) and requirement matching (100 terms x 20 entries).
 func microBenchmarks(root, benchtime string) ([]Micro, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkEvaluate|BenchmarkDecide)$",
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkEvaluate|BenchmarkDecide|BenchmarkCompiledDecide)$",
 		"-benchmem", "-benchtime", benchtime, "./pkg/nodetopology", "./pkg/accessible")
 	cmd.Dir = root
 	var out bytes.Buffer

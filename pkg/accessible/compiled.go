@@ -3,8 +3,8 @@ package accessible
 import (
 	"cmp"
 	"hash/maphash"
-	"math/bits"
 	"maps"
+	"math/bits"
 	"slices"
 	"sync"
 

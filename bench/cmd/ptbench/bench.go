@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -71,7 +72,11 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		}
 		rawArgs = append(rawArgs, "-pprof-address", b.rawPprofAddress)
 	}
-	if b.raw, err = start(ctx, dir, "raw", rawSock, nil, rawArgs...); err != nil {
+	var rawEnv []string
+	if o.rawEnv != "" {
+		rawEnv = strings.Split(o.rawEnv, ",")
+	}
+	if b.raw, err = start(ctx, dir, "raw", rawSock, rawEnv, rawArgs...); err != nil {
 		return nil, err
 	}
 	startProxy := func(name string, n int, extra ...string) (*proc, error) {

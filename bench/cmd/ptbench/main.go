@@ -55,6 +55,9 @@ type options struct {
 	profile        string
 	profileSeconds int
 	rawWorkers     int
+	// rawEnv is added to the raw forwarder's environment (experiments,
+	// e.g. GOGC=475 to give the floor the proxy's GC pace).
+	rawEnv string
 	// compare is another proxy-topology binary measured as the path
 	// "compare" next to "proxy", for A/B tests of a change.
 	compare string
@@ -80,6 +83,7 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.proxyBin, "proxy-bin", "", "use this proxy-topology binary instead of building one")
 	fs.StringVar(&o.profile, "profile", "", "instead of measuring, write CPU and allocation profiles of the proxy under load into this directory")
 	fs.IntVar(&o.rawWorkers, "raw-workers", int(pcsi.StreamWorkers), "grpc.NumStreamWorkers of the raw forwarder (the same as proxy-topology's, so both hops are served alike); 0: a goroutine per call")
+	fs.StringVar(&o.rawEnv, "raw-env", "", "comma-separated KEY=VALUE added to the raw forwarder's environment, for experiments (e.g. GOGC=475); the targets assume it empty")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
 	fs.StringVar(&o.compare, "compare", "", "another proxy-topology binary, measured as one more path (compare) in the same rounds: an A/B test of a change")
 	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the three paths")

@@ -186,7 +186,8 @@ func parseCreateVolume(b []byte) (*fastCreate, bool) {
 	if !wireValid(b, createVolumeRequestDesc, 0) {
 		return nil, false
 	}
-	r := &fastCreate{raw: b, out: make([]byte, 0, len(b))}
+	// Room for a connection's default parameters, appended in place.
+	r := &fastCreate{raw: b, out: make([]byte, 0, len(b)+256)}
 	for rest := b; len(rest) > 0; {
 		var f field
 		f, rest = nextField(rest)
@@ -253,7 +254,7 @@ func (d *Driver) fastCreateVolume(ctx context.Context, r *fastCreate) (any, erro
 	}
 	out := r.out
 	if len(c.Config.CSI.Parameters) > 0 || len(c.Config.CSI.Secrets) > 0 {
-		out = appendDefaults(append([]byte(nil), out...), r.raw, c.Config.CSI.Parameters, c.Config.CSI.Secrets)
+		out = appendDefaults(out, r.raw, c.Config.CSI.Parameters, c.Config.CSI.Secrets)
 	}
 	var requisite, preferred accessible.Terms
 	if r.hasTopo {
@@ -382,7 +383,10 @@ func rewriteCreateVolumeResponse(b []byte, topology accessible.Decision, conn st
 		}
 		volume, seen = f.data, true
 	}
-	vol := make([]byte, 0, len(volume)+64)
+	// The volume is written after room for its own tag and length (at most
+	// 1+5 bytes), which are filled in once its size is known: one buffer.
+	const head = 6
+	vol := make([]byte, head, head+len(volume)+len(conn)+128)
 	idSeen := false
 	for rest := volume; len(rest) > 0; {
 		var f field
@@ -409,9 +413,10 @@ func rewriteCreateVolumeResponse(b []byte, topology accessible.Decision, conn st
 	vol = protowire.AppendTag(vol, 2, protowire.BytesType)
 	vol = protowire.AppendString(vol, id)
 	vol = topology.AppendWire(vol, 5) // accessible_topology
-	out = make([]byte, 0, len(vol)+6)
-	out = protowire.AppendTag(out, 1, protowire.BytesType)
-	out = protowire.AppendBytes(out, vol)
+	var h [head]byte
+	hdr := protowire.AppendVarint(protowire.AppendTag(h[:0], 1, protowire.BytesType), uint64(len(vol)-head))
+	out = vol[head-len(hdr):]
+	copy(out, hdr)
 	return volumeID, out, true
 }
 

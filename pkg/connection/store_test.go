@@ -52,7 +52,7 @@ func TestGetInvalidName(t *testing.T) {
 	}
 
 	e := newEnv(t, -1)
-	e.store.opts.Folder = folder
+	e.store.src = NewFolderSource(folder) // the store reads through its source, made at NewStore
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			c, err := e.store.Get(name)
@@ -103,12 +103,12 @@ func TestGetNotFound(t *testing.T) {
 	}
 
 	// A folder that does not exist is the same: there is no such file.
-	e.store.opts.Folder = filepath.Join(e.dir, "missing")
+	e.store.src = NewFolderSource(filepath.Join(e.dir, "missing")) // the store reads through its source, made at NewStore
 	if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing folder: %v, want ErrNotFound", err)
 	}
 	// Only ".yaml": "nfs.yml" is not "nfs".
-	e.store.opts.Folder = e.dir
+	e.store.src = NewFolderSource(e.dir) // the store reads through its source, made at NewStore
 	if err := os.WriteFile(filepath.Join(e.dir, "nfs.yml"), []byte(connA), 0o600); err != nil {
 		t.Fatal(err)
 	}

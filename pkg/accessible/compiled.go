@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/democratic-csi/proxy-topology/internal/protomap"
 )
 
 // Compiled is a connection's topology list prepared once for the options:
@@ -101,67 +103,8 @@ func (t Terms) value(i int, key string) (string, bool) {
 		v, ok := t.Topologies[i].GetSegments()[key]
 		return v, ok
 	}
-	var value string
-	found := false
-	for b := t.Wire[i]; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			break
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				break
-			}
-			b = b[n:]
-			continue
-		}
-		entry, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			break
-		}
-		b = b[n:]
-		if num != 1 { // segments
-			continue
-		}
-		if k, v := entryKeyValue(entry); k == key {
-			value, found = v, true
-		}
-	}
-	return value, found
-}
-
-// entryKeyValue reads a map<string,string> entry: a missing key or value
-// is "", a repeated one the last.
-func entryKeyValue(b []byte) (key, value string) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return key, value
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return key, value
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return key, value
-		}
-		b = b[n:]
-		switch num {
-		case 1:
-			key = string(v)
-		case 2:
-			value = string(v)
-		}
-	}
-	return key, value
+	v, ok := protomap.Lookup(t.Wire[i], 1, key) // segments
+	return string(v), ok
 }
 
 // topologies returns the terms decoded, for messages.
@@ -188,8 +131,18 @@ func (t Terms) topologies() []*csi.Topology {
 // collide with our "a/zone". Extra labels are not requirements and take no
 // part.
 func (t Terms) matches(i int, reqs []segment) bool {
+	if t.Topologies != nil {
+		term := t.Topologies[i].GetSegments()
+		for _, s := range reqs {
+			if v, ok := term[s.key]; ok && v != s.value {
+				return false
+			}
+		}
+		return true
+	}
 	for _, s := range reqs {
-		if v, ok := t.value(i, s.key); ok && v != s.value {
+		// Compared as bytes: no string is made per lookup.
+		if v, ok := protomap.Lookup(t.Wire[i], 1, s.key); ok && string(v) != s.value {
 			return false
 		}
 	}
@@ -357,13 +310,7 @@ func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
 func encodeSegments(segments map[string]string) []byte {
 	var b []byte
 	for _, k := range slices.Sorted(maps.Keys(segments)) {
-		v := segments[k]
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(2+protowire.SizeBytes(len(k))+protowire.SizeBytes(len(v))))
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, k)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, v)
+		b = protomap.AppendEntry(b, 1, k, segments[k])
 	}
 	return b
 }

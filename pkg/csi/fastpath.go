@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/democratic-csi/proxy-topology/internal/protomap"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
@@ -120,23 +121,6 @@ func nextField(b []byte) (field, []byte) {
 	return field{num: num, all: b[:n+m]}, b[n+m:]
 }
 
-// mapEntry returns the key and value of a wireValid map<string,string>
-// entry; a missing one is "", a repeated one is the last, as protobuf-go
-// decodes it.
-func mapEntry(b []byte) (key, value []byte) {
-	for len(b) > 0 {
-		var f field
-		f, b = nextField(b)
-		switch f.num {
-		case 1:
-			key = f.data
-		case 2:
-			value = f.data
-		}
-	}
-	return key, value
-}
-
 // topologyTerms splits a wireValid TopologyRequirement into its requisite
 // and preferred terms, each the encoding of a csi.Topology, for matching
 // without decoding the segment maps (accessible.Terms).
@@ -197,7 +181,7 @@ func parseCreateVolume(b []byte) (*fastCreate, bool) {
 		case 3: // volume_capabilities
 			r.caps++
 		case 4: // parameters
-			if k, v := mapEntry(f.data); string(k) == ConnectionParameter {
+			if k, v := protomap.Entry(f.data); string(k) == ConnectionParameter {
 				r.connection = string(v)
 				continue
 			}
@@ -305,7 +289,7 @@ func appendDefaults(out, raw []byte, parameters, secrets map[string]string) []by
 		if f.num == 5 {
 			defaults = secrets
 		}
-		if k, _ := mapEntry(f.data); len(defaults) > 0 {
+		if k, _ := protomap.Entry(f.data); len(defaults) > 0 {
 			if _, ok := defaults[string(k)]; ok {
 				set[f.num-4] = append(set[f.num-4], k)
 			}
@@ -313,12 +297,12 @@ func appendDefaults(out, raw []byte, parameters, secrets map[string]string) []by
 	}
 	for k, v := range parameters {
 		if k != ConnectionParameter && !containsKey(set[0], k) {
-			out = appendEntry(out, 4, k, v)
+			out = protomap.AppendEntry(out, 4, k, v)
 		}
 	}
 	for k, v := range secrets {
 		if !containsKey(set[1], k) {
-			out = appendEntry(out, 5, k, v)
+			out = protomap.AppendEntry(out, 5, k, v)
 		}
 	}
 	return out
@@ -331,16 +315,6 @@ func containsKey(keys [][]byte, k string) bool {
 		}
 	}
 	return false
-}
-
-// appendEntry appends a map<string,string> entry as field num.
-func appendEntry(b []byte, num protowire.Number, k, v string) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(2+protowire.SizeBytes(len(k))+protowire.SizeBytes(len(v))))
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, k)
-	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	return protowire.AppendString(b, v)
 }
 
 // secrets are the secrets the typed CreateVolume would have sent

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/internal/protomap"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -33,7 +35,7 @@ func TestTopologyTerms(t *testing.T) {
 		}
 		if r.IntN(3) == 0 && len(req.Requisite) > 0 { // a repeated key inside a term
 			b = protowire.AppendTag(b, 1, protowire.BytesType)
-			b = protowire.AppendBytes(b, appendEntry(appendEntry(nil, 1, "k0", "a"), 1, "k0", "b"))
+			b = protowire.AppendBytes(b, protomap.AppendEntry(protomap.AppendEntry(nil, 1, "k0", "a"), 1, "k0", "b"))
 		}
 		if !wireValid(b, wireTableOf((&csi.TopologyRequirement{}).ProtoReflect().Descriptor()), 0) {
 			t.Fatalf("%x: not wireValid", b)

@@ -95,3 +95,20 @@ func (d *Driver) lockVolume(ctx context.Context, id string) (func(), error) {
 	}
 	return d.locks.lock(ctx, id)
 }
+
+// lockTeardown checks an unstage or unpublish request (volume_id, and the
+// CO's path in field) and locks the volume. Teardown must succeed for any
+// ID, known or not, so an ID local-hostpath could not have made is not an
+// error: there is nothing to lock, and the returned unlock does nothing.
+func (d *Driver) lockTeardown(ctx context.Context, id, field, path string) (func(), error) {
+	if id == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if err := checkCOPath(field, path); err != nil {
+		return nil, err
+	}
+	if !validVolumeID(id) {
+		return func() {}, nil
+	}
+	return d.locks.lock(ctx, id)
+}

@@ -150,19 +150,11 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, unimplemented("NodeUnstageVolume is not enabled in this local-hostpath driver (STAGE_UNSTAGE_VOLUME is not advertised)")
 	}
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	if err := checkCOPath("staging_target_path", staging); err != nil {
+	unlock, err := d.lockTeardown(ctx, id, "staging_target_path", staging)
+	if err != nil {
 		return nil, err
 	}
-	if validVolumeID(id) {
-		unlock, err := d.locks.lock(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-	}
+	defer unlock()
 	if err := unmountAll(staging); err != nil {
 		return nil, internalError(err, "unstage volume %s", id)
 	}
@@ -261,19 +253,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 // is gone, and a retry after a partial failure must succeed.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	if err := checkCOPath("target_path", target); err != nil {
+	unlock, err := d.lockTeardown(ctx, id, "target_path", target)
+	if err != nil {
 		return nil, err
 	}
-	if validVolumeID(id) {
-		unlock, err := d.locks.lock(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-	}
+	defer unlock()
 	if err := unmountAll(target); err != nil {
 		return nil, internalError(err, "unpublish volume %s", id)
 	}

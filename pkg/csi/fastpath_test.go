@@ -18,7 +18,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
@@ -155,29 +154,11 @@ type eqBench struct {
 }
 
 func serveDriver(tb testing.TB, dir, name string, d *pcsi.Driver, fast bool, log *slog.Logger) *grpc.ClientConn {
-	path := filepath.Join(dir, name+".sock")
-	lis, err := pcsi.Listen("unix://" + path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var srv *grpc.Server
+	opts, register := []grpc.ServerOption{pcsi.Interceptors(log)}, d.Register
 	if fast {
-		srv = grpc.NewServer(pcsi.ServerCodec(), pcsi.Interceptors(log))
-		d.RegisterFastPath(srv)
-	} else {
-		srv = grpc.NewServer(pcsi.Interceptors(log))
-		d.Register(srv)
+		opts, register = append(opts, pcsi.ServerCodec()), d.RegisterFastPath
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	tb.Cleanup(func() { srv.Stop(); <-done })
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bytesCodec{})))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	return conn
+	return serveGRPC(tb, filepath.Join(dir, name+".sock"), opts, register, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bytesCodec{})))
 }
 
 func newEqBench(tb testing.TB) *eqBench {

@@ -113,26 +113,7 @@ func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...f
 	d.SetReady(true)
 
 	path := filepath.Join(shortTempDir(t), "proxy.sock")
-	lis, err := pcsi.Listen("unix://" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(pcsi.Interceptors(log))
-	d.Register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := serveGRPC(t, path, []grpc.ServerOption{pcsi.Interceptors(log)}, d.Register)
 	t.Cleanup(func() {
 		if s := logs.String(); strings.Contains(s, secretMarker) {
 			t.Errorf("log contains a secret value:\n%s", s)
@@ -254,4 +235,32 @@ func topo(kv ...string) *csi.Topology {
 		m[kv[i]] = kv[i+1]
 	}
 	return &csi.Topology{Segments: m}
+}
+
+// serveGRPC serves a gRPC server with opts on a unix socket at path, with
+// register adding its services, and returns a client connection to it;
+// both are stopped when the test ends.
+func serveGRPC(tb testing.TB, path string, opts []grpc.ServerOption, register func(*grpc.Server), dial ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	lis, err := pcsi.Listen("unix://" + path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	register(srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	tb.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	conn, err := grpc.NewClient("unix://"+path, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -13,7 +13,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -72,26 +71,9 @@ func TestPanicBecomesInternal(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	path := filepath.Join(shortTempDir(t), "p.sock")
-	lis, err := pcsi.Listen("unix://" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(pcsi.Interceptors(log))
-	csi.RegisterControllerServer(srv, panicky{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
+	cc := serveGRPC(t, path, []grpc.ServerOption{pcsi.Interceptors(log)}, func(srv *grpc.Server) {
+		csi.RegisterControllerServer(srv, panicky{})
 	})
-	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
 	client := csi.NewControllerClient(cc)
 	ctx := callCtx(t)
 
@@ -209,28 +191,9 @@ func TestLogsAtInfo(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srvPath := filepath.Join(shortTempDir(t), "i.sock")
-	lis, err := pcsi.Listen("unix://" + srvPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(pcsi.Interceptors(log))
-	p.Driver.Register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	cc, err := grpc.NewClient("unix://"+srvPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := serveGRPC(t, srvPath, []grpc.ServerOption{pcsi.Interceptors(log)}, p.Driver.Register)
 	client := csi.NewControllerClient(cc)
-	_, err = client.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:missing/vol-1"})
+	_, err := client.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:missing/vol-1"})
 	wantCode(t, err, codes.FailedPrecondition)
 
 	lines := logLines(t, logs.String())

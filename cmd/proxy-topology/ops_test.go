@@ -12,25 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 )
 
 // syncBuffer collects the log of an in-process Serve.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // served is a proxy started with Serve from serve.go, exactly as the
 // binary runs it, on a temporary socket with a temporary config.

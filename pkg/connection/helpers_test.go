@@ -1,7 +1,6 @@
 package connection
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -47,22 +47,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // syncBuffer is a log sink safe for concurrent Get calls.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // env is one store over a private folder with its own pool and clock.
 type env struct {

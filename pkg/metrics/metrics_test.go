@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -43,16 +43,7 @@ type proxy struct {
 	store      *connection.Store
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer = syncbuf.Buffer
 
 func startProxy(t *testing.T, cacheTimeout time.Duration) *proxy {
 	t.Helper()

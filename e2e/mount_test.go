@@ -13,6 +13,8 @@ import (
 
 // mountPoints returns every mount point of this process's mount namespace;
 // the plugins run in the same namespace, so their bind mounts show here.
+// It does not use pkg/hostpath's mountinfo parser on purpose: the checks
+// must not trust the code they check.
 func mountPoints(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")

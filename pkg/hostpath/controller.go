@@ -497,16 +497,26 @@ func page[T any](items []T, id func(T) string, token string, max int32) ([]T, st
 	return items[start:end], next
 }
 
-func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, invalidArgument("max_entries %d must not be negative", req.GetMaxEntries())
+// listVolumeRecords checks a volume listing's max_entries and starting
+// token (a volume ID) and returns every volume record, for page.
+func (d *Driver) listVolumeRecords(maxEntries int32, token string) ([]*volumeRecord, error) {
+	if maxEntries < 0 {
+		return nil, invalidArgument("max_entries %d must not be negative", maxEntries)
 	}
-	if t := req.GetStartingToken(); t != "" && !validVolumeID(t) {
-		return nil, abortedToken(t)
+	if token != "" && !validVolumeID(token) {
+		return nil, abortedToken(token)
 	}
 	recs, err := d.store.listVolumes()
 	if err != nil {
 		return nil, internalError(err, "list volumes")
+	}
+	return recs, nil
+}
+
+func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	recs, err := d.listVolumeRecords(req.GetMaxEntries(), req.GetStartingToken())
+	if err != nil {
+		return nil, err
 	}
 	published := map[string][]string{}
 	if d.opts.ControllerPublish {

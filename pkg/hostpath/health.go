@@ -55,15 +55,9 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 // ControllerListVolumeHealth lists only volumes with a problem, as the spec
 // recommends; pagination tokens are volume IDs like ListVolumes'.
 func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, invalidArgument("max_entries %d must not be negative", req.GetMaxEntries())
-	}
-	if t := req.GetStartingToken(); t != "" && !validVolumeID(t) {
-		return nil, abortedToken(t)
-	}
-	recs, err := d.store.listVolumes()
+	recs, err := d.listVolumeRecords(req.GetMaxEntries(), req.GetStartingToken())
 	if err != nil {
-		return nil, internalError(err, "list volumes")
+		return nil, err
 	}
 	var sick []*csi.VolumeHealth
 	for _, r := range recs {

@@ -82,11 +82,9 @@ type sentinel struct {
 // Start begins tuning for headroom bytes; onChange may be nil. Stop ends
 // it and restores the previous percentage.
 func Start(headroom uint64, onChange func(live uint64, percent int)) *Tuner {
-	t := &Tuner{headroom: headroom, onChange: onChange}
+	t := &Tuner{headroom: headroom, onChange: onChange, previous: debug.SetGCPercent(100)}
 	t.sample[0].Name = "/gc/heap/live:bytes"
-	t.previous = debug.SetGCPercent(100)
-	debug.SetGCPercent(t.previous)
-	t.tune()
+	t.tune() // replaces the 100 at once
 	t.arm()
 	return t
 }

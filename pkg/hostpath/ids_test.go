@@ -13,7 +13,7 @@ import (
 )
 
 func TestIDs(t *testing.T) {
-	if volumeIDFor("pvc-1") != volumeIDFor("pvc-1") {
+	if first, again := volumeIDFor("pvc-1"), volumeIDFor("pvc-1"); first != again {
 		t.Error("volume IDs are not deterministic")
 	}
 	if volumeIDFor("pvc-1") == volumeIDFor("pvc-2") {

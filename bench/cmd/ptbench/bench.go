@@ -234,7 +234,7 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 	}
 	samples, err := load.Rounds(ctx, probes, b.o.rounds1, 1, b.o.probeN)
 	if err != nil {
-		return fmt.Errorf("Probe: %w", err)
+		return fmt.Errorf("measuring Probe: %w", err)
 	}
 	for _, p := range paths {
 		res.Paths = append(res.Paths, PathResult{Method: "Probe", Concurrency: 1, Path: p.name, Stats: samples[p.name].Summarize()})

@@ -57,22 +57,18 @@ func sameFileVersion(a, b Version) bool {
 	return a == b
 }
 
-// FolderSource reads <Dir>/<name>.yaml.
+// FolderSource reads <dir>/<name>.yaml. Make one with NewFolderSource.
 type FolderSource struct {
-	// Dir is the folder. NewFolderSource derives the path prefix from it,
-	// so it must not change afterwards.
-	Dir string
-	// prefix is Dir cleaned, with a trailing "/" unless it is empty (the
-	// current directory); hasPrefix says NewFolderSource set it, so a
-	// FolderSource{Dir: d} literal still works, joining on every call.
-	prefix    string
-	hasPrefix bool
-	seq       atomic.Uint64
+	dir string
+	// prefix is dir cleaned, with a trailing "/" unless it is empty (the
+	// current directory).
+	prefix string
+	seq    atomic.Uint64
 }
 
 // NewFolderSource returns a source for dir.
 func NewFolderSource(dir string) *FolderSource {
-	f := &FolderSource{Dir: dir, hasPrefix: true}
+	f := &FolderSource{dir: dir}
 	switch clean := filepath.Clean(dir); clean {
 	case ".":
 		f.prefix = ""
@@ -84,22 +80,17 @@ func NewFolderSource(dir string) *FolderSource {
 	return f
 }
 
-// path is filepath.Join(f.Dir, name+".yaml") for a valid connection name,
+// path is filepath.Join(f.dir, name+".yaml") for a valid connection name,
 // built by concatenation because Stat runs on every call: a valid name has
 // no "/" and does not start with a dot, so joining cleans nothing in it.
 // Invalid names never get here (the store refuses them first).
-func (f *FolderSource) path(name string) string {
-	if !f.hasPrefix {
-		return filepath.Join(f.Dir, name+".yaml")
-	}
-	return f.prefix + name + ".yaml"
-}
+func (f *FolderSource) path(name string) string { return f.prefix + name + ".yaml" }
 
 // Describe returns the file path.
 func (f *FolderSource) Describe(name string) string { return f.path(name) }
 
 // String names the folder.
-func (f *FolderSource) String() string { return "folder " + f.Dir }
+func (f *FolderSource) String() string { return "folder " + f.dir }
 
 // MaxFileSize bounds a connection file. A Kubernetes Secret holds at most
 // 1 MiB in all, and a file name pointed by mistake at a log, a device or a
@@ -179,7 +170,7 @@ func (f *FolderSource) stat(name string, sys *syscall.Stat_t) error {
 
 // List returns the valid connection names of *.yaml files, sorted.
 func (f *FolderSource) List() ([]string, error) {
-	des, err := os.ReadDir(f.Dir)
+	des, err := os.ReadDir(f.dir)
 	if err != nil {
 		return nil, err
 	}

@@ -224,6 +224,15 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		}
 	}
 
+	// The peak includes the concurrency-64 rounds, when the proxy's GC
+	// lets the heap grow by --gc-headroom before it collects.
+	if res.Memory.PeakKiB, err = statusKiB(b.p1.pid(), "VmHWM"); err != nil {
+		return err
+	}
+	if res.Memory.RawPeakKiB, err = statusKiB(b.raw.pid(), "VmHWM"); err != nil {
+		return err
+	}
+
 	if b.o.skip["probe"] {
 		return nil
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,7 +132,10 @@ func (p *proc) cpu() time.Duration {
 }
 
 // rssKiB reads VmRSS from /proc/<pid>/status.
-func rssKiB(pid int) (int64, error) {
+func rssKiB(pid int) (int64, error) { return statusKiB(pid, "VmRSS") }
+
+// statusKiB reads a "<field>: N kB" line of /proc/<pid>/status.
+func statusKiB(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -141,14 +143,14 @@ func rssKiB(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			fields := strings.Fields(rest)
 			if len(fields) == 2 && fields[1] == "kB" {
 				return strconv.ParseInt(fields[0], 10, 64)
 			}
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // settledRSS waits for the process's RSS to stop moving (the Go scavenger

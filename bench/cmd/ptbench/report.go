@@ -61,7 +61,12 @@ type Memory struct {
 	// IdleOneConnectionKiB: the one-connection process, idle.
 	IdleOneConnectionKiB int64 `json:"idle_one_connection_kib"`
 	// LoadedKiB: after every connection was loaded once.
-	LoadedKiB          int64   `json:"loaded_kib"`
+	LoadedKiB int64 `json:"loaded_kib"`
+	// PeakKiB and RawPeakKiB: VmHWM (the highest VmRSS so far) of the
+	// one-connection proxy and of the raw forwarder after the calls at
+	// both concurrencies; 0 when not measured.
+	PeakKiB            int64   `json:"peak_kib,omitempty"`
+	RawPeakKiB         int64   `json:"raw_peak_kib,omitempty"`
 	Connections        int     `json:"connections"`
 	PerConnectionBytes float64 `json:"per_connection_bytes"`
 	LoadSeconds        float64 `json:"load_seconds"`
@@ -177,6 +182,10 @@ func printReport(w io.Writer, res *Results) {
 	fmt.Fprintf(tw, "%d connections cached\t%.1f MiB\t\n", m.Connections, float64(m.LoadedKiB)/1024)
 	fmt.Fprintf(tw, "per cached connection\t%.0f B\t\n", m.PerConnectionBytes)
 	fmt.Fprintf(tw, "first load of %d connections\t%.2f s\t\n", m.Connections, m.LoadSeconds)
+	if m.PeakKiB > 0 {
+		fmt.Fprintf(tw, "peak (VmHWM) after the calls, 1 connection\t%.1f MiB\t\n", float64(m.PeakKiB)/1024)
+		fmt.Fprintf(tw, "raw forwarder's peak (VmHWM) after the calls\t%.1f MiB\t\n", float64(m.RawPeakKiB)/1024)
+	}
 	tw.Flush()
 	if len(res.Micro) > 0 {
 		fmt.Fprintf(w, "\nmicro-benchmarks\n")

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 func TestParseBench(t *testing.T) {
 	out := `goos: linux
@@ -38,5 +42,22 @@ func TestTargetLine(t *testing.T) {
 		if got := tt.t.Line(); got != tt.want {
 			t.Errorf("Line() = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// statusKiB reads the test's own /proc status: the peak is at least the
+// current size, and a field that is not there is an error naming it.
+func TestStatusKiB(t *testing.T) {
+	pid := os.Getpid()
+	rss, err := statusKiB(pid, "VmRSS")
+	if err != nil || rss <= 0 {
+		t.Fatalf("VmRSS = %d, %v", rss, err)
+	}
+	hwm, err := statusKiB(pid, "VmHWM")
+	if err != nil || hwm < rss {
+		t.Errorf("VmHWM = %d, %v; want at least VmRSS %d", hwm, err, rss)
+	}
+	if _, err := statusKiB(pid, "VmNothing"); err == nil || !strings.Contains(err.Error(), "VmNothing") {
+		t.Errorf("statusKiB(VmNothing) = %v, want an error naming the field", err)
 	}
 }

@@ -61,6 +61,10 @@ type options struct {
 	// compare is another proxy-topology binary measured as the path
 	// "compare" next to "proxy", for A/B tests of a change.
 	compare string
+	// rawShared adds the path "raw-shared" at concurrency 1: the raw
+	// forwarder run from the benchmark's own binary, which the load
+	// generator and the no-op upstream run too ("raw" runs from a copy).
+	rawShared bool
 	// methods are measured on the three paths; skip leaves parts out
 	// (for experiments: the targets of a skipped part MISS).
 	methods []string
@@ -85,6 +89,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.rawWorkers, "raw-workers", int(pcsi.StreamWorkers), "grpc.NumStreamWorkers of the raw forwarder (the same as proxy-topology's, so both hops are served alike); 0: a goroutine per call")
 	fs.StringVar(&o.rawEnv, "raw-env", "", "comma-separated KEY=VALUE added to the raw forwarder's environment, for experiments (e.g. GOGC=475); the targets assume it empty")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
+	fs.BoolVar(&o.rawShared, "raw-shared", true, "also measure, at concurrency 1, the raw forwarder run from this binary itself (path raw-shared), whose code the load generator and the no-op upstream share; the floor of the targets (raw) runs from a copy")
 	fs.StringVar(&o.compare, "compare", "", "another proxy-topology binary, measured as one more path (compare) in the same rounds: an A/B test of a change")
 	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the three paths")
 	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, scale, micro")

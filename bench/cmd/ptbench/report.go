@@ -172,6 +172,12 @@ func printReport(w io.Writer, res *Results) {
 		tw.Flush()
 	}
 	table("paths (interleaved rounds)", res.Paths, "raw")
+	for _, method := range []string{"CreateVolume", "NodeGetVolumeStats"} {
+		if sh := find(res.Paths, method, 1, "raw-shared"); sh.P50us > 0 {
+			fmt.Fprintf(w, "%s c=1 against the floor run from the benchmark's own binary (raw-shared, not a target): p50 proxy/raw-shared %.3f\n",
+				method, ratio(find(res.Paths, method, 1, "proxy").P50us, sh.P50us))
+		}
+	}
 	if len(res.Scale) > 0 {
 		table("scale (interleaved rounds)", res.Scale, "proxy-1")
 	}

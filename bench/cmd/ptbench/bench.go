@@ -71,9 +71,9 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	// proxy-topology is, so the CPU caches do not already hold its code
 	// because the load generator and the no-op upstream, which run the
 	// same gRPC code from this very file, have just executed it. In the
-	// same rounds, the forwarder run from this file measured 2-5% faster
-	// at concurrency 1 (docs/performance.md); it is still measured, as
-	// "raw-shared".
+	// same rounds, the forwarder run from this file was faster at
+	// concurrency 1 in every run, by up to 6% (docs/performance.md); it is
+	// still measured, as "raw-shared".
 	rawBin := filepath.Join(dir, "ptbench-raw")
 	if err = copyExecutable(self, rawBin); err != nil {
 		return nil, err

@@ -217,6 +217,9 @@ func settings(o options) map[string]any {
 		"rounds_c1": o.rounds1, "calls_per_round_c1": o.n1, "rounds_high": o.rounds64, "calls_per_round_high": o.n64,
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
 		"benchtime": o.microTime, "raw_stream_workers": o.rawWorkers, "proxy_stream_workers": int(pcsi.StreamWorkers),
+		// The floor (raw) runs from a copy of the benchmark's binary;
+		// raw-shared, if measured, from the binary itself.
+		"raw_binary": "copy", "raw_shared_measured": o.rawShared,
 	}
 }
 

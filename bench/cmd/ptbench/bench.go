@@ -218,21 +218,18 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		return err
 	}
 
-	paths := []struct {
+	// served is one measured path: its name, the connection its requests
+	// name ("" for servers that know none) and the process serving it.
+	type served struct {
 		name, conn string
 		p          *proc
-	}{{"direct", "", b.noop}, {"raw", "", b.raw}, {"proxy", connName(0), b.p1}}
+	}
+	paths := []served{{"direct", "", b.noop}, {"raw", "", b.raw}, {"proxy", connName(0), b.p1}}
 	if b.rawShared != nil {
-		paths = append(paths, struct {
-			name, conn string
-			p          *proc
-		}{"raw-shared", "", b.rawShared})
+		paths = append(paths, served{"raw-shared", "", b.rawShared})
 	}
 	if b.compare != nil {
-		paths = append(paths, struct {
-			name, conn string
-			p          *proc
-		}{"compare", connName(0), b.compare})
+		paths = append(paths, served{"compare", connName(0), b.compare})
 	}
 	for _, method := range b.o.methods {
 		for _, conc := range []int{1, b.o.conc} {

@@ -65,7 +65,7 @@ func paths(b *testing.B) map[string]*grpc.ClientConn {
 	noopSock := filepath.Join(dir, "noop.sock")
 	out["direct"] = serve(b, noopSrv, noopSock)
 
-	rawSrv, rawCC, err := rawproxy.New("unix://"+noopSock, pcsi.ServerOptions()...)
+	rawSrv, rawCC, err := rawproxy.New("unix://" + noopSock)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,8 +90,7 @@ func paths(b *testing.B) map[string]*grpc.ClientConn {
 		b.Fatal(err)
 	}
 	d.SetReady(true)
-	proxySrv := grpc.NewServer(append(pcsi.ServerOptions(), pcsi.Interceptors(log))...)
-	d.Register(proxySrv)
+	proxySrv := pcsi.NewServer(d, log)
 	out["proxy"] = serve(b, proxySrv, filepath.Join(dir, "proxy.sock"))
 	// The store re-reads a file changed in the last 2 s (its timestamps
 	// cannot be trusted yet); production files are older than that.
@@ -155,6 +154,29 @@ func BenchmarkNodeGetVolumeStats(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkCreateVolumeParallel is BenchmarkCreateVolume with 64 callers
+// per core, as the sidecars' worker pools call under load.
+func BenchmarkCreateVolumeParallel(b *testing.B) {
+	ccs := paths(b)
+	for _, name := range order {
+		c := csi.NewControllerClient(ccs[name])
+		b.Run(name, func(b *testing.B) {
+			req := createRequest(handle)
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if _, err := c.CreateVolume(ctx, req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

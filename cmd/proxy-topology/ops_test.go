@@ -179,21 +179,3 @@ func TestMetricsAddressValidation(t *testing.T) {
 		}
 	}
 }
-
-func TestGCHeadroomValidation(t *testing.T) {
-	for v, want := range map[string]uint64{"": 0, "0": 0, "16Mi": 16 << 20, "1Gi": 1 << 30, "64M": 64e6} {
-		o := Options{Mode: "all", NodeID: "n", GCHeadroom: v}
-		if err := o.Validate(); err != nil {
-			t.Errorf("--gc-headroom %q: %v", v, err)
-		}
-		if got, _ := o.gcHeadroom(); got != want {
-			t.Errorf("--gc-headroom %q = %d bytes, want %d", v, got, want)
-		}
-	}
-	for _, v := range []string{"-1Mi", "lots", "16 MiB", "2Ti"} {
-		o := Options{Mode: "all", NodeID: "n", GCHeadroom: v}
-		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--gc-headroom") {
-			t.Errorf("--gc-headroom %q: %v, want an error naming the flag", v, err)
-		}
-	}
-}

@@ -14,15 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/democratic-csi/proxy-topology/examples"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
-	"github.com/democratic-csi/proxy-topology/pkg/gctune"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -57,10 +53,6 @@ type Options struct {
 	// proxy.configSecret); empty means the pod's ServiceAccount. The API
 	// is not touched when neither is configured.
 	Kubeconfig string
-	// GCHeadroom is how far above the live heap the garbage collector's
-	// heap goal is kept (pkg/gctune), as a Kubernetes quantity; "0" leaves
-	// the runtime's default. Ignored when GOGC is set.
-	GCHeadroom string
 
 	// listening, if set, is called once the CSI socket serves, with the
 	// bound metrics address ("" when off); tests wait on it.
@@ -103,7 +95,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CSIName, "csi-name", env("PROXY_TOPOLOGY_CSI_NAME"), "driver name; overrides csiName in the config (env PROXY_TOPOLOGY_CSI_NAME)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may run after SIGTERM")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", env("PROXY_TOPOLOGY_METRICS_ADDRESS"), "host:port serving /metrics, /healthz and /readyz, e.g. :8080 (not 9808, the livenessprobe sidecar's port); empty: off (env PROXY_TOPOLOGY_METRICS_ADDRESS)")
-	fs.StringVar(&o.GCHeadroom, "gc-headroom", or(env("PROXY_TOPOLOGY_GC_HEADROOM"), DefaultGCHeadroom), "memory the garbage collector may fill above the live heap before it runs, e.g. 16Mi; 0: Go's default (collect at twice the live heap); ignored when GOGC is set (env PROXY_TOPOLOGY_GC_HEADROOM)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG"), "kubeconfig for nodeLabel rules and proxy.configSecret (env KUBECONFIG); empty: the pod's ServiceAccount")
 }
 
@@ -126,54 +117,12 @@ func (o *Options) Validate() error {
 	if o.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %s is negative", o.ShutdownTimeout))
 	}
-	if _, err := o.gcHeadroom(); err != nil {
-		errs = append(errs, err)
-	}
 	if o.MetricsAddress != "" {
 		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--metrics-address %q: want host:port or :port", o.MetricsAddress))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// DefaultGCHeadroom is the default --gc-headroom: the proxy's live heap is
-// a few MiB, and 16 MiB between collections takes the collector from the
-// top of the CPU profile under load to a few percent (docs/performance.md),
-// for at most 16 MiB more resident memory.
-const DefaultGCHeadroom = "16Mi"
-
-// gcHeadroom parses --gc-headroom.
-func (o *Options) gcHeadroom() (uint64, error) {
-	if o.GCHeadroom == "" {
-		return 0, nil
-	}
-	q, err := resource.ParseQuantity(o.GCHeadroom)
-	if err != nil || q.Sign() < 0 {
-		return 0, fmt.Errorf("--gc-headroom %q: want a size such as 16Mi, or 0", o.GCHeadroom)
-	}
-	v, ok := q.AsInt64()
-	if !ok || v > 1<<40 {
-		return 0, fmt.Errorf("--gc-headroom %q: larger than 1Ti", o.GCHeadroom)
-	}
-	return uint64(v), nil
-}
-
-// startGCTuner starts pkg/gctune for --gc-headroom unless GOGC is set; the
-// returned function stops it.
-func startGCTuner(o Options, log *slog.Logger) func() {
-	headroom, _ := o.gcHeadroom() // Validate checked it
-	switch {
-	case headroom == 0:
-		return func() {}
-	case !gctune.Enabled():
-		log.Info("GOGC is set: --gc-headroom is ignored", "GOGC", os.Getenv("GOGC"))
-		return func() {}
-	}
-	t := gctune.Start(headroom, func(live uint64, percent int) {
-		log.Debug("garbage collector paced", "live_heap_bytes", live, "gogc", percent)
-	})
-	return t.Stop
 }
 
 func serve(args []string) int {
@@ -197,7 +146,6 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "proxy-topology: --pprof-address:", err)
 		return 2
 	}
-	defer startGCTuner(o, log)()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := Serve(ctx, o, log); err != nil {
@@ -226,7 +174,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	version := buildVersion()
 	x.buildInfo(version, name, o.Mode)
 
-	srv := grpc.NewServer(append(pcsi.ServerOptions(), pcsi.ServerCodec(), pcsi.Interceptors(log, x.observers()...))...)
+	var svc pcsi.Service
 	var driver *pcsi.Driver
 	var pool *upstream.Pool
 	switch cfg.Driver {
@@ -241,7 +189,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("config %s: local-hostpath: %w", cfg.File, err)
 		}
-		d.Register(srv)
+		svc = d
 		log.Info("serving built-in local-hostpath", "base_path", cfg.LocalHostpath.ShareBasePath)
 	default:
 		pool = upstream.NewPool(log)
@@ -251,8 +199,9 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		driver.RegisterFastPath(srv)
+		svc = driver
 	}
+	srv := pcsi.NewServer(svc, log, x.observers()...)
 
 	lis, err := pcsi.Listen(o.Endpoint)
 	if err != nil {

@@ -37,32 +37,11 @@ const nodeShortKey = "node"
 // entries that did not, but then makes no promise about the well-formedness
 // of what it returns.
 func Decide(connection string, req *csi.TopologyRequirement, entries []Entry, opts Options) ([]*csi.Topology, error) {
-	d, err := Compile(entries, opts).Decide(connection, TermsOf(req.GetRequisite()), TermsOf(req.GetPreferred()))
+	d, err := Compile(entries, opts).Decide(connection, req.GetRequisite(), req.GetPreferred())
 	if err != nil {
 		return nil, err
 	}
 	return d.Topologies(), nil
-}
-
-// Serves reports whether the connection's entries can serve a single
-// topology segment set. GetCapacity uses it: an accessible_topology that no
-// entry satisfies gets capacity 0. Empty entries serve everything, and a
-// nil or empty topology is served.
-//
-// It applies the same rule as Decide with the topology as the only term, but
-// looks entry keys up instead of normalizing them, so a GetCapacity call per
-// topology costs no allocations.
-func Serves(topology *csi.Topology, entries []Entry, opts Options) bool {
-	segments := topology.GetSegments()
-	if len(entries) == 0 || len(segments) == 0 {
-		return true
-	}
-	for i := range entries {
-		if servesEntry(segments, &entries[i], opts.Prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // Decorate returns the accessible_topology for an existing volume: every
@@ -79,15 +58,15 @@ func Decorate(entries []Entry, opts Options) []*csi.Topology {
 // pinToRequestedNode handles a connection without a topology list under the
 // node topology type: node-local storage is only reachable from the node
 // that created it, which is the node the CO asked for.
-func pinToRequestedNode(requisite, preferred Terms, opts Options) *csi.Topology {
+func pinToRequestedNode(requisite, preferred []*csi.Topology, opts Options) *csi.Topology {
 	key := fullKey(opts.Prefix, nodeShortKey)
 	// Preferred first: in strict and WaitForFirstConsumer modes it starts
 	// with the selected node, while requisite is sorted by the provisioner.
-	for _, list := range [2]Terms{preferred, requisite} {
-		for i := range list.Len() {
+	for _, list := range [2][]*csi.Topology{preferred, requisite} {
+		for _, term := range list {
 			// An empty value is not a node name (CSI segment values are
 			// non-empty); keep looking.
-			if v, _ := list.value(i, key); v != "" {
+			if v := term.GetSegments()[key]; v != "" {
 				return &csi.Topology{Segments: map[string]string{key: v}}
 			}
 		}
@@ -189,48 +168,4 @@ func dedupeKeys(reqs []segment, raw map[string]string) []segment {
 		w++
 	}
 	return reqs[:w]
-}
-
-// servesEntry is matches for a raw entry, iterating the term's keys and
-// finding the entry's requirement for each the way normalize would.
-func servesEntry(term map[string]string, e *Entry, prefix string) bool {
-	for k, v := range term {
-		if have, ok := lookup(e.Requirements, k, prefix); ok && have != v {
-			return false
-		}
-	}
-	return true
-}
-
-// lookup finds the requirement whose full key is full. A verbatim key wins
-// over a short key, as in normalize.
-func lookup(reqs map[string]string, full, prefix string) (string, bool) {
-	if strings.Contains(full, "/") {
-		if v, ok := reqs[full]; ok {
-			return v, true
-		}
-	}
-	short, ok := shortKey(full, prefix)
-	if !ok {
-		return "", false
-	}
-	v, ok := reqs[short]
-	return v, ok
-}
-
-// shortKey is the inverse of fullKey for short keys: the short key whose
-// full key is full, if there can be one.
-func shortKey(full, prefix string) (string, bool) {
-	if prefix == "" {
-		return full, !strings.Contains(full, "/")
-	}
-	rest, ok := strings.CutPrefix(full, prefix)
-	if !ok {
-		return "", false
-	}
-	rest, ok = strings.CutPrefix(rest, "/")
-	if !ok || strings.Contains(rest, "/") {
-		return "", false
-	}
-	return rest, true
 }

@@ -45,28 +45,12 @@ func BenchmarkDecide(b *testing.B) {
 // matches terms and copies the chosen topologies.
 func BenchmarkCompiledDecide(b *testing.B) {
 	req, c := benchRequest(), Compile(benchEntries("z"), zoneOpts)
-	requisite, preferred := TermsOf(req.Requisite), TermsOf(req.Preferred)
+	requisite, preferred := req.Requisite, req.Preferred
 	b.ReportAllocs()
 	for b.Loop() {
 		d, err := c.Decide("c1", requisite, preferred)
 		if got := d.Topologies(); err != nil || len(got) != 20 {
 			b.Fatalf("Decide = %d topologies, %v", len(got), err)
-		}
-	}
-}
-
-// BenchmarkCompiledDecideWire is the fast path's match: terms as their
-// wire bytes, the answer appended as bytes; no map is built.
-func BenchmarkCompiledDecideWire(b *testing.B) {
-	req, c := benchRequest(), Compile(benchEntries("z"), zoneOpts)
-	requisite, _ := wireTerms(req.Requisite)
-	preferred, _ := wireTerms(req.Preferred)
-	buf := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		d, err := c.Decide("c1", requisite, preferred)
-		if err != nil || len(d.AppendWire(buf[:0], 5)) == 0 {
-			b.Fatalf("Decide: %v", err)
 		}
 	}
 }
@@ -82,11 +66,11 @@ func BenchmarkDecideNoMatch(b *testing.B) {
 	}
 }
 
-func BenchmarkServes(b *testing.B) {
-	term, entries := topo(pk("zone"), "z19", pk("node"), "n019"), benchEntries("z")
+func BenchmarkAdmits(b *testing.B) {
+	term, c := topo(pk("zone"), "z19", pk("node"), "n019"), Compile(benchEntries("z"), zoneOpts)
 	b.ReportAllocs()
 	for b.Loop() {
-		if !Serves(term, entries, zoneOpts) {
+		if !c.Admits(term) {
 			b.Fatal("not served")
 		}
 	}

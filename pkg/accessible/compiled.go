@@ -6,15 +6,10 @@ import (
 	"maps"
 	"math/bits"
 	"slices"
-	"sync"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/democratic-csi/proxy-topology/internal/protomap"
 )
 
 // Compiled is a connection's topology list prepared once for the options:
@@ -35,9 +30,6 @@ type Compiled struct {
 	// empty reports an entry without any label: reachable everywhere.
 	empty []bool
 	all   Decision
-
-	wireOnce sync.Once
-	wire     [][]byte // topo[i] encoded as a csi.Topology message
 }
 
 // Compile prepares entries (which should have passed Validate) for opts.
@@ -82,45 +74,7 @@ func (c *Compiled) Options() Options { return c.opts }
 // duplicates dropped; "everywhere" when there are no entries. Decorate.
 func (c *Compiled) All() Decision { return c.all }
 
-// Terms is a list of topology terms as a request carries them: decoded, or
-// as the wire encoding of each csi.Topology message (the proxy's fast path,
-// which never builds the maps). Wire terms must be valid encodings.
-type Terms struct {
-	Topologies []*csi.Topology
-	Wire       [][]byte
-}
-
-// TermsOf wraps decoded terms.
-func TermsOf(t []*csi.Topology) Terms { return Terms{Topologies: t} }
-
-// Len is the number of terms.
-func (t Terms) Len() int { return len(t.Topologies) + len(t.Wire) }
-
-// value returns term i's value for key. Like a decoded map, a key sent
-// twice has its last value.
-func (t Terms) value(i int, key string) (string, bool) {
-	if t.Topologies != nil {
-		v, ok := t.Topologies[i].GetSegments()[key]
-		return v, ok
-	}
-	v, ok := protomap.Lookup(t.Wire[i], 1, key) // segments
-	return string(v), ok
-}
-
-// topologies returns the terms decoded, for messages.
-func (t Terms) topologies() []*csi.Topology {
-	if t.Topologies != nil || t.Wire == nil {
-		return t.Topologies
-	}
-	out := make([]*csi.Topology, len(t.Wire))
-	for i, b := range t.Wire {
-		out[i] = &csi.Topology{}
-		_ = proto.Unmarshal(b, out[i])
-	}
-	return out
-}
-
-// matches reports whether term i matches an entry's normalized
+// matches reports whether a term matches an entry's normalized
 // requirements: every key both mention has the same value. Keys only the
 // term mentions do not restrict the entry, and keys only the entry mentions
 // are not asked about.
@@ -130,39 +84,46 @@ func (t Terms) topologies() []*csi.Topology {
 // short key (as SPEC §8's wording suggests) would let a foreign "b/zone"
 // collide with our "a/zone". Extra labels are not requirements and take no
 // part.
-func (t Terms) matches(i int, reqs []segment) bool {
-	if t.Topologies != nil {
-		term := t.Topologies[i].GetSegments()
-		for _, s := range reqs {
-			if v, ok := term[s.key]; ok && v != s.value {
-				return false
-			}
-		}
-		return true
-	}
+func matches(term *csi.Topology, reqs []segment) bool {
+	segments := term.GetSegments()
 	for _, s := range reqs {
-		// Compared as bytes: no string is made per lookup.
-		if v, ok := protomap.Lookup(t.Wire[i], 1, s.key); ok && string(v) != s.value {
+		if v, ok := segments[s.key]; ok && v != s.value {
 			return false
 		}
 	}
 	return true
 }
 
-// firstMatch returns the first term matching reqs, or Len().
-func (t Terms) firstMatch(reqs []segment) int {
-	n := t.Len()
-	for i := range n {
-		if t.matches(i, reqs) {
+// firstMatch returns the index of the first term matching reqs, or
+// len(terms).
+func firstMatch(terms []*csi.Topology, reqs []segment) int {
+	for i, t := range terms {
+		if matches(t, reqs) {
 			return i
 		}
 	}
-	return n
+	return len(terms)
+}
+
+// Admits reports whether the connection can serve a volume accessible from
+// topology: some entry matches it as a term. A connection without a
+// topology list, and an empty topology, are always admitted. GetCapacity
+// uses it: a segment no entry admits has capacity 0.
+func (c *Compiled) Admits(topology *csi.Topology) bool {
+	if len(c.entries) == 0 || len(topology.GetSegments()) == 0 {
+		return true
+	}
+	for _, reqs := range c.norm {
+		if matches(topology, reqs) {
+			return true
+		}
+	}
+	return false
 }
 
 // Decide is the package's Decide for a compiled connection.
-func (c *Compiled) Decide(connection string, requisite, preferred Terms) (Decision, error) {
-	if requisite.Len() == 0 && preferred.Len() == 0 {
+func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topology) (Decision, error) {
+	if len(requisite) == 0 && len(preferred) == 0 {
 		return c.all, nil
 	}
 	if len(c.entries) == 0 {
@@ -178,7 +139,7 @@ func (c *Compiled) Decide(connection string, requisite, preferred Terms) (Decisi
 	// may pick anywhere, but the proxy still has to pick among its entries,
 	// and preferred is the only statement of where the CO wants the volume.
 	terms, kind := requisite, "requisite"
-	if terms.Len() == 0 {
+	if len(terms) == 0 {
 		terms, kind = preferred, "preferred"
 	}
 	type pick struct{ entry, rank int }
@@ -190,13 +151,13 @@ func (c *Compiled) Decide(connection string, requisite, preferred Terms) (Decisi
 		// topology. The seed demanded every term, which failed for
 		// Immediate classes under the external-provisioner's default
 		// --immediate-topology=true (one requisite term per node).
-		if kind == "requisite" && terms.firstMatch(reqs) == terms.Len() {
+		if kind == "requisite" && firstMatch(terms, reqs) == len(terms) {
 			continue
 		}
 		// rank = index of the first preferred term the entry matches;
-		// Len() sorts entries matching none after the others.
-		rank := preferred.firstMatch(reqs)
-		if kind == "preferred" && rank == preferred.Len() {
+		// len(preferred) sorts entries matching none after the others.
+		rank := firstMatch(preferred, reqs)
+		if kind == "preferred" && rank == len(preferred) {
 			continue
 		}
 		picks = append(picks, pick{entry: i, rank: rank})
@@ -208,7 +169,7 @@ func (c *Compiled) Decide(connection string, requisite, preferred Terms) (Decisi
 		// selected node so the scheduler picks again. INVALID_ARGUMENT (the
 		// seed's choice) is a final error there: the selected node stays and
 		// the same node is retried forever.
-		return Decision{}, status.Error(codes.ResourceExhausted, notAccessibleMessage(connection, kind, terms.topologies(), c.norm))
+		return Decision{}, status.Error(codes.ResourceExhausted, notAccessibleMessage(connection, kind, terms, c.norm))
 	}
 	// Stable, so entries with the same rank keep their order in T.
 	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.rank, b.rank) })
@@ -271,29 +232,6 @@ func (d Decision) Topologies() []*csi.Topology {
 	return out
 }
 
-// AppendWire appends the accessible_topology to b as repeated field num of
-// type csi.Topology, as a Volume carries it.
-func (d Decision) AppendWire(b []byte, num protowire.Number) []byte {
-	if d.pinned != nil {
-		b = protowire.AppendTag(b, num, protowire.BytesType)
-		return protowire.AppendBytes(b, encodeSegments(d.pinned.Segments))
-	}
-	if len(d.order) == 0 {
-		return b
-	}
-	d.c.wireOnce.Do(func() {
-		d.c.wire = make([][]byte, len(d.c.topo))
-		for i, t := range d.c.topo {
-			d.c.wire[i] = encodeSegments(t)
-		}
-	})
-	for _, e := range d.order {
-		b = protowire.AppendTag(b, num, protowire.BytesType)
-		b = protowire.AppendBytes(b, d.c.wire[e])
-	}
-	return b
-}
-
 // segmentsHash is an order-independent hash of segments: a sum over pairs,
 // each pair hashed so that swapping key and value changes it.
 func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
@@ -302,15 +240,4 @@ func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
 		sum += bits.RotateLeft64(maphash.String(seed, k), 17)*0x9e3779b97f4a7c15 ^ maphash.String(seed, v)
 	}
 	return sum
-}
-
-// encodeSegments encodes a csi.Topology with these segments, keys sorted as
-// protobuf-go's deterministic encoding sorts them. It does not check UTF-8:
-// validated entries are label keys and values, which are ASCII.
-func encodeSegments(segments map[string]string) []byte {
-	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(segments)) {
-		b = protomap.AppendEntry(b, 1, k, segments[k])
-	}
-	return b
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/testing/protocmp"
 )
 
@@ -467,33 +466,5 @@ func TestDecorate(t *testing.T) {
 				t.Errorf("Decorate (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-// On the wire a map key may come twice; the last value counts, as when
-// protobuf-go decodes the map. Fields that are not segments are skipped.
-func TestWireTermsLastKeyWins(t *testing.T) {
-	entry := func(b []byte, k, v string) []byte {
-		var e []byte
-		e = protowire.AppendTag(e, 1, protowire.BytesType)
-		e = protowire.AppendString(e, k)
-		e = protowire.AppendTag(e, 2, protowire.BytesType)
-		e = protowire.AppendString(e, v)
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		return protowire.AppendBytes(b, e)
-	}
-	var term []byte
-	term = entry(term, pk("zone"), "z2")
-	term = protowire.AppendTag(term, 9, protowire.VarintType) // unknown field
-	term = protowire.AppendVarint(term, 7)
-	term = entry(term, pk("zone"), "z1")
-	entries := []Entry{{Requirements: kvs("zone", "z1")}, {Requirements: kvs("zone", "z2")}}
-	c := Compile(entries, zoneOpts)
-	d, err := c.Decide("c1", Terms{Wire: [][]byte{term}}, Terms{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := d.Topologies(); len(got) != 1 || got[0].GetSegments()[pk("zone")] != "z1" {
-		t.Fatalf("Decide = %v, want only zone z1 (the key's last value)", got)
 	}
 }

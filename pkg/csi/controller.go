@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -39,7 +38,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	requirement := req.GetAccessibilityRequirements()
-	decision, err := c.Topology(d.opts.Topology).Decide(c.Name, accessible.TermsOf(requirement.GetRequisite()), accessible.TermsOf(requirement.GetPreferred()))
+	decision, err := c.Topology(d.opts.Topology).Decide(c.Name, requirement.GetRequisite(), requirement.GetPreferred())
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +320,7 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if t := req.GetAccessibleTopology(); t != nil && !accessible.Serves(t, c.Config.Proxy.PerDriver.Topology, d.opts.Topology) {
+	if !c.Topology(d.opts.Topology).Admits(req.GetAccessibleTopology()) {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
 	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_GET_CAPACITY)

@@ -97,7 +97,7 @@ func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...f
 	d.SetReady(true)
 
 	path := filepath.Join(shortTempDir(t), "proxy.sock")
-	conn := serveGRPC(t, path, []grpc.ServerOption{pcsi.Interceptors(log)}, d.Register)
+	conn := serveGRPC(t, path, pcsi.NewServer(d, log))
 	t.Cleanup(func() {
 		if s := logs.String(); strings.Contains(s, secretMarker) {
 			t.Errorf("log contains a secret value:\n%s", s)
@@ -221,17 +221,14 @@ func topo(kv ...string) *csi.Topology {
 	return &csi.Topology{Segments: m}
 }
 
-// serveGRPC serves a gRPC server with opts on a unix socket at path, with
-// register adding its services, and returns a client connection to it;
-// both are stopped when the test ends.
-func serveGRPC(tb testing.TB, path string, opts []grpc.ServerOption, register func(*grpc.Server), dial ...grpc.DialOption) *grpc.ClientConn {
+// serveGRPC serves srv on a unix socket at path and returns a client
+// connection to it; both are stopped when the test ends.
+func serveGRPC(tb testing.TB, path string, srv *grpc.Server, dial ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
 	lis, err := pcsi.Listen("unix://" + path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := grpc.NewServer(opts...)
-	register(srv)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -248,3 +245,8 @@ func serveGRPC(tb testing.TB, path string, opts []grpc.ServerOption, register fu
 	tb.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// serviceFunc registers services with a function, for test servers.
+type serviceFunc func(*grpc.Server)
+
+func (f serviceFunc) Register(s *grpc.Server) { f(s) }

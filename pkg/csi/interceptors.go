@@ -68,14 +68,14 @@ type Observer interface {
 	ObserveRPC(method, connection string, code codes.Code, d time.Duration)
 }
 
-// Interceptors returns the server interceptor: request id, then logging
+// interceptors returns the server interceptor: request id, then logging
 // (which also reports to the observers), then panic recovery closest to
 // the handler so a recovered panic is logged like any other failed call.
 //
 // The three run as one interceptor rather than a gRPC chain, which links
 // its links with two closures built on every call; and the request id is
 // formatted only when something prints it.
-func Interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
+func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	logged, recovered := loggingInterceptor(log, observers), recoveryInterceptor(log)
 	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx = context.WithValue(ctx, callKey{}, &call{id: requestCounter.Add(1)})
@@ -101,7 +101,7 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 		}
 		debug := log.Enabled(ctx, slog.LevelDebug)
 		if debug {
-			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: loggable(req)})
+			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
 		}
 		start := time.Now()
 		resp, err := handler(ctx, req)
@@ -137,7 +137,7 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 				level = slog.LevelError
 			}
 		} else if debug {
-			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: loggable(resp)}))
+			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: resp}))
 		}
 		log.LogAttrs(ctx, level, "rpc", attrs...)
 		return resp, err

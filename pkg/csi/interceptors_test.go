@@ -71,9 +71,9 @@ func TestPanicBecomesInternal(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	path := filepath.Join(shortTempDir(t), "p.sock")
-	cc := serveGRPC(t, path, []grpc.ServerOption{pcsi.Interceptors(log)}, func(srv *grpc.Server) {
+	cc := serveGRPC(t, path, pcsi.NewServer(serviceFunc(func(srv *grpc.Server) {
 		csi.RegisterControllerServer(srv, panicky{})
-	})
+	}), log))
 	client := csi.NewControllerClient(cc)
 	ctx := callCtx(t)
 
@@ -191,7 +191,7 @@ func TestLogsAtInfo(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srvPath := filepath.Join(shortTempDir(t), "i.sock")
-	cc := serveGRPC(t, srvPath, []grpc.ServerOption{pcsi.Interceptors(log)}, p.Driver.Register)
+	cc := serveGRPC(t, srvPath, pcsi.NewServer(p.Driver, log))
 	client := csi.NewControllerClient(cc)
 	_, err := client.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:missing/vol-1"})
 	wantCode(t, err, codes.FailedPrecondition)

@@ -81,8 +81,7 @@ func startProxy(t *testing.T, cacheTimeout time.Duration) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(pcsi.Interceptors(log, m))
-	d.Register(srv)
+	srv := pcsi.NewServer(d, log, m)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	d.SetReady(true)

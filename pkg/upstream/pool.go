@@ -293,10 +293,3 @@ func (p *Pool) logCall(target string) grpc.UnaryClientInterceptor {
 		return err
 	}
 }
-
-// Invoke calls method on the upstream with req and reply as they are; the
-// proxy's wire-level fast path uses it with a codec option that keeps
-// messages as bytes.
-func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...grpc.CallOption) error {
-	return c.conn.Invoke(ctx, method, req, reply, opts...)
-}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -89,8 +89,7 @@ func hostpathConfig(t *testing.T, opts hostpath.Options) sanity.TestConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	d.Register(srv)
+	srv := pcsi.NewServer(d, opts.Logger)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 

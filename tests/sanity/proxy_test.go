@@ -74,26 +74,6 @@ func TestSanityProxyCSI(t *testing.T) {
 	runSanity(t, "proxy-csi", cfg)
 }
 
-// serveFastPath makes proxyConfig serve the proxy as the binary does, with
-// CreateVolume and NodeGetVolumeStats on the wire-level fast path
-// (pcsi.RegisterFastPath). Only the child process of
-// TestSanityProxyCSIFastPath sets it.
-var serveFastPath bool
-
-// TestSanityProxyCSIFastPath is TestSanityProxyCSI against the fast path.
-func TestSanityProxyCSIFastPath(t *testing.T) {
-	t.Parallel()
-	cfg := sanity.NewTestConfig()
-	if inSanityChild("proxy-csi-fastpath") {
-		serveFastPath = true
-		dir := sanityDir(t)
-		sock := startStandalone(t, dir)
-		cfg = proxyConfig(t, dir, false, fmt.Sprintf(
-			"driver: csi\ncsi:\n  endpoint: unix://%s\n  timeout: 60s\n  secrets:\n    from-connection: sanity-secret\n", sock))
-	}
-	runSanity(t, "proxy-csi-fastpath", cfg)
-}
-
 func TestSanityProxyPublish(t *testing.T) {
 	t.Parallel()
 	cfg := sanity.NewTestConfig()
@@ -166,14 +146,7 @@ func proxyConfig(t *testing.T, dir string, controllerPublish bool, connectionFil
 	if err != nil {
 		t.Fatal(err)
 	}
-	var srv *grpc.Server
-	if serveFastPath {
-		srv = grpc.NewServer(pcsi.ServerCodec(), pcsi.Interceptors(log))
-		d.RegisterFastPath(srv)
-	} else {
-		srv = grpc.NewServer(pcsi.Interceptors(log))
-		d.Register(srv)
-	}
+	srv := pcsi.NewServer(d, log)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 

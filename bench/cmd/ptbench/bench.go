@@ -262,8 +262,7 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		}
 	}
 
-	// The peak includes the concurrency-64 rounds, when the proxy's GC
-	// lets the heap grow by --gc-headroom before it collects.
+	// The peak includes the concurrency-64 rounds.
 	if res.Memory.PeakKiB, err = statusKiB(b.p1.pid(), "VmHWM"); err != nil {
 		return err
 	}

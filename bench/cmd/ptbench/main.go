@@ -17,8 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 func main() {
@@ -86,7 +84,7 @@ func benchMain(args []string) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, sockets, process logs)")
 	fs.StringVar(&o.proxyBin, "proxy-bin", "", "use this proxy-topology binary instead of building one")
 	fs.StringVar(&o.profile, "profile", "", "instead of measuring, write CPU and allocation profiles of the proxy under load into this directory")
-	fs.IntVar(&o.rawWorkers, "raw-workers", int(pcsi.StreamWorkers), "grpc.NumStreamWorkers of the raw forwarder (the same as proxy-topology's, so both hops are served alike); 0: a goroutine per call")
+	fs.IntVar(&o.rawWorkers, "raw-workers", 0, "grpc.NumStreamWorkers of the raw forwarder; 0: a goroutine per call, as proxy-topology serves")
 	fs.StringVar(&o.rawEnv, "raw-env", "", "comma-separated KEY=VALUE added to the raw forwarder's environment, for experiments (e.g. GOGC=475); the targets assume it empty")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
 	fs.BoolVar(&o.rawShared, "raw-shared", true, "also measure, at concurrency 1, the raw forwarder run from this binary itself (path raw-shared), whose code the load generator and the no-op upstream share; the floor of the targets (raw) runs from a copy")

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/bench/load"
-	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 // Results is bench/results.json.
@@ -216,7 +215,7 @@ func settings(o options) map[string]any {
 	return map[string]any{
 		"rounds_c1": o.rounds1, "calls_per_round_c1": o.n1, "rounds_high": o.rounds64, "calls_per_round_high": o.n64,
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
-		"benchtime": o.microTime, "raw_stream_workers": o.rawWorkers, "proxy_stream_workers": int(pcsi.StreamWorkers),
+		"benchtime": o.microTime, "raw_stream_workers": o.rawWorkers,
 		// The floor (raw) runs from a copy of the benchmark's binary;
 		// raw-shared, if measured, from the binary itself.
 		"raw_binary": "copy", "raw_shared_measured": o.rawShared,

@@ -6,7 +6,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-func TestServes(t *testing.T) {
+func TestAdmits(t *testing.T) {
 	z1z2 := []Entry{zoneEntry("z1"), {Requirements: kvs("zone", "z2", "topology.kubernetes.io/region", "eu")}}
 	for _, tc := range []struct {
 		name     string
@@ -63,18 +63,19 @@ func TestServes(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Serves(tc.topology, tc.entries, tc.opts); got != tc.want {
-				t.Errorf("Serves = %v, want %v", got, tc.want)
+			if got := Compile(tc.entries, tc.opts).Admits(tc.topology); got != tc.want {
+				t.Errorf("Admits = %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
-// GetCapacity may call Serves once per topology segment of a large cluster.
-func TestServesDoesNotAllocate(t *testing.T) {
-	entries := []Entry{zoneEntry("z1"), zoneEntry("z2"), zoneEntry("z3")}
+// GetCapacity may call Admits once per topology segment of a large
+// cluster, on the list compiled when the connection was loaded.
+func TestAdmitsDoesNotAllocate(t *testing.T) {
+	c := Compile([]Entry{zoneEntry("z1"), zoneEntry("z2"), zoneEntry("z3")}, zoneOpts)
 	term := topo(pk("zone"), "z3", pk("node"), "n1")
-	if n := testing.AllocsPerRun(100, func() { Serves(term, entries, zoneOpts) }); n != 0 {
-		t.Errorf("Serves allocates %v times per call, want 0", n)
+	if n := testing.AllocsPerRun(100, func() { c.Admits(term) }); n != 0 {
+		t.Errorf("Admits allocates %v times per call, want 0", n)
 	}
 }

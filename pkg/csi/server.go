@@ -1,0 +1,28 @@
+package csi
+
+import (
+	"log/slog"
+
+	"google.golang.org/grpc"
+)
+
+// Service is a set of CSI services to serve: the proxy's Driver, or a
+// built-in driver served on its own endpoint.
+type Service interface {
+	Register(*grpc.Server)
+}
+
+// NewServer returns the gRPC server of every CSI endpoint this binary
+// serves: the interceptor chain (request id, logging and observers, panic
+// recovery) around svc's services. Production and tests build their
+// servers with it, so tests exercise exactly what production serves.
+//
+// Messages are decoded and encoded by gRPC's own codec with the generated
+// types; nothing is parsed by hand. No experimental gRPC server option is
+// set: grpc.NumStreamWorkers was measured and did not pay
+// (docs/performance.md).
+func NewServer(svc Service, log *slog.Logger, observers ...Observer) *grpc.Server {
+	srv := grpc.NewServer(interceptors(log, observers...))
+	svc.Register(srv)
+	return srv
+}

@@ -181,7 +181,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		return nil, err
 	}
 	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
-		out := shallowCopy(req)
+		out := outbound(req)
 		out.MaxEntries, out.StartingToken = max, tok
 		out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 		if req.GetSnapshotId() != "" {
@@ -242,64 +242,8 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
 }
 
-// ControllerListVolumeHealth lists volume health across connections.
-func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, req.GetMaxEntries(), req.GetStartingToken(),
-		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.VolumeHealth, string, error) {
-			resp, err := forward(ctx, c, c.Controller, "ControllerListVolumeHealth", &csi.ControllerListVolumeHealthRequest{
-				MaxEntries: max, StartingToken: tok, Secrets: merge(c.Config.CSI.Secrets, req.GetSecrets()),
-			}, c.Controller.Controller.ControllerListVolumeHealth)
-			if err != nil {
-				return nil, "", err
-			}
-			out := resp.GetEntries()[:0]
-			for _, h := range resp.GetEntries() {
-				id, err := ids.Encode(ids.Volume, c.Name, h.GetVolumeId())
-				if err != nil {
-					continue
-				}
-				h.VolumeId = id
-				out = append(out, h)
-			}
-			return out, resp.GetNextToken(), nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
-}
-
-// wrapSnapshot rewrites a snapshot's IDs to proxy IDs; false means the
-// snapshot cannot be represented and is left out (logged).
-func wrapSnapshot(ctx context.Context, d *Driver, c *connection.Connection, s *csi.Snapshot) bool {
-	if s == nil {
-		return false
-	}
-	id, err := ids.Encode(ids.Snapshot, c.Name, s.GetSnapshotId())
-	if err != nil {
-		d.log.WarnContext(ctx, "upstream snapshot cannot get a proxy id; left out", "connection", c.Name, "error", err)
-		return false
-	}
-	s.SnapshotId = id
-	if s.GetSourceVolumeId() != "" {
-		s.SourceVolumeId = ids.ID{Kind: ids.Volume, Connection: c.Name, Handle: s.GetSourceVolumeId()}.String()
-	}
-	return true
-}
-
 // mustParse is for IDs already validated by the caller.
 func mustParse(kind ids.Kind, s string) ids.ID {
 	id, _ := ids.Parse(kind, s)
 	return id
-}
-
-// nodeNames maps upstream node ids back to node names with the
-// connection's node id template; ids of another shape are kept as they are.
-func nodeNames(c *connection.Connection, upstreamIDs []string) []string {
-	for i, id := range upstreamIDs {
-		if name, ok := c.Config.Proxy.PerDriver.NodeID.Parse(id); ok {
-			upstreamIDs[i] = name
-		}
-	}
-	return upstreamIDs
 }

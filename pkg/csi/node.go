@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
 // NodeGetCapabilities advertises staging for every connection; for
@@ -50,16 +51,20 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
-	if err != nil || !stages {
-		return &csi.NodeStageVolumeResponse{}, err
+	if err != nil {
+		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	if !stages {
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	out := outbound(req)
+	out.VolumeId = t.handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Node, "NodeStageVolume", out, c.Node.Node.NodeStageVolume)
 }
@@ -70,16 +75,23 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if req.GetStagingTargetPath() == "" && req.GetVolumeId() != "" {
 		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
 	}
-	c, id, ok, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), true)
-	if !ok {
-		return &csi.NodeUnstageVolumeResponse{}, err
+	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
+	if t == nil {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
-	if err != nil || !stages {
-		return &csi.NodeUnstageVolumeResponse{}, err
+	if err != nil {
+		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	if !stages {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	out := outbound(req)
+	out.VolumeId = t.handle
 	return forward(ctx, c, c.Node, "NodeUnstageVolume", out, c.Node.Node.NodeUnstageVolume)
 }
 
@@ -95,16 +107,17 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
 	if err != nil {
 		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	out := outbound(req)
+	out.VolumeId = t.handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	if !stages {
 		out.StagingTargetPath = ""
@@ -118,12 +131,16 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if req.GetTargetPath() == "" && req.GetVolumeId() != "" {
 		return nil, status.Error(codes.InvalidArgument, "target_path is required")
 	}
-	c, id, ok, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), true)
-	if !ok {
-		return &csi.NodeUnpublishVolumeResponse{}, err
+	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	if t == nil {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+	c := t.conn
+	out := outbound(req)
+	out.VolumeId = t.handle
 	return forward(ctx, c, c.Node, "NodeUnpublishVolume", out, c.Node.Node.NodeUnpublishVolume)
 }
 
@@ -132,15 +149,16 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS, "NodeGetVolumeStats"); err != nil {
 		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	out := outbound(req)
+	out.VolumeId = t.handle
 	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
@@ -152,15 +170,16 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME, "NodeExpandVolume"); err != nil {
 		return nil, err
 	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
+	out := outbound(req)
+	out.VolumeId = t.handle
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -26,11 +27,12 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
+	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	nodeID, err := upstreamNodeID(c.Name, c.Config.Proxy.PerDriver.NodeID.Render(req.GetNodeId()))
+	c := t.conn
+	nodeID, err := upstreamNodeID(c, req.GetNodeId())
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +43,8 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if !ok {
 		return &csi.ControllerPublishVolumeResponse{}, nil
 	}
-	out := shallowCopy(req)
-	out.VolumeId, out.NodeId = id.Handle, nodeID
+	out := outbound(req)
+	out.VolumeId, out.NodeId = t.handle, nodeID
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerPublishVolume", out, c.Controller.Controller.ControllerPublishVolume)
 }
@@ -53,13 +55,17 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if !d.advertises(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME) {
 		return nil, status.Error(codes.Unimplemented, "controller publishing is off (proxy.controllerPublish)")
 	}
-	c, id, ok, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), true)
-	if !ok {
-		return &csi.ControllerUnpublishVolumeResponse{}, err
+	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
+	if t == nil {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	}
+	c := t.conn
 	var nodeID string
 	if req.GetNodeId() != "" {
-		if nodeID, err = upstreamNodeID(c.Name, c.Config.Proxy.PerDriver.NodeID.Render(req.GetNodeId())); err != nil {
+		if nodeID, err = upstreamNodeID(c, req.GetNodeId()); err != nil {
 			return nil, err
 		}
 	}
@@ -70,103 +76,30 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if !has {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	out := shallowCopy(req)
-	out.VolumeId, out.NodeId = id.Handle, nodeID
+	out := outbound(req)
+	out.VolumeId, out.NodeId = t.handle, nodeID
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerUnpublishVolume", out, c.Controller.Controller.ControllerUnpublishVolume)
 }
 
-func upstreamNodeID(conn, id string) (string, error) {
+// upstreamNodeID renders the node id the connection's upstream expects
+// for a node name (proxy.perDriver.nodeId.template).
+func upstreamNodeID(c *connection.Connection, nodeName string) (string, error) {
+	id := c.Config.Proxy.PerDriver.NodeID.Render(nodeName)
 	if len(id) > MaxNodeIDLength {
 		return "", status.Errorf(codes.InvalidArgument, "connection %q: node id %q rendered by proxy.perDriver.nodeId.template is %d bytes, over the CSI limit of %d",
-			conn, truncate(id, 64), len(id), MaxNodeIDLength)
+			c.Name, truncate(id, 64), len(id), MaxNodeIDLength)
 	}
 	return id, nil
 }
 
-// ControllerModifyVolume forwards mutable_parameters by volume ID.
-func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
-	if err != nil {
-		return nil, err
+// nodeNames maps upstream node ids back to node names with the
+// connection's node id template; ids of another shape are kept as they are.
+func nodeNames(c *connection.Connection, upstreamIDs []string) []string {
+	for i, id := range upstreamIDs {
+		if name, ok := c.Config.Proxy.PerDriver.NodeID.Parse(id); ok {
+			upstreamIDs[i] = name
+		}
 	}
-	if len(req.GetMutableParameters()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are required")
-	}
-	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME, "ControllerModifyVolume"); err != nil {
-		return nil, err
-	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
-	out.MutableParameters = mergeParameters(nil, req.GetMutableParameters())
-	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
-	return forward(ctx, c, c.Controller, "ControllerModifyVolume", out, c.Controller.Controller.ControllerModifyVolume)
-}
-
-// GetSnapshot routes by snapshot ID.
-func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	c, id, _, err := d.route(ctx, ids.Snapshot, "snapshot_id", req.GetSnapshotId(), false)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT, "GetSnapshot"); err != nil {
-		return nil, err
-	}
-	out := shallowCopy(req)
-	out.SnapshotId = id.Handle
-	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
-	resp, err := forward(ctx, c, c.Controller, "GetSnapshot", out, c.Controller.Controller.GetSnapshot)
-	if err != nil {
-		return nil, err
-	}
-	if s := resp.GetSnapshot(); s != nil {
-		wrapSnapshot(ctx, d, c, s)
-	}
-	return resp, nil
-}
-
-// ControllerGetVolumeHealth routes by volume ID.
-func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, "ControllerGetVolumeHealth"); err != nil {
-		return nil, err
-	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
-	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
-	resp, err := forward(ctx, c, c.Controller, "ControllerGetVolumeHealth", out, c.Controller.Controller.ControllerGetVolumeHealth)
-	if err != nil {
-		return nil, err
-	}
-	if h := resp.GetVolumeHealth(); h != nil {
-		h.VolumeId = req.GetVolumeId()
-	}
-	return resp, nil
-}
-
-// NodeGetVolumeHealth routes by volume ID to the node upstream.
-func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
-	c, id, _, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId(), false)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, "NodeGetVolumeHealth"); err != nil {
-		return nil, err
-	}
-	out := shallowCopy(req)
-	out.VolumeId = id.Handle
-	if out.StagingTargetPath, err = upstreamStagingPath(ctx, c, req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	resp, err := forward(ctx, c, c.Node, "NodeGetVolumeHealth", out, c.Node.Node.NodeGetVolumeHealth)
-	if err != nil {
-		return nil, err
-	}
-	if h := resp.GetVolumeHealth(); h != nil {
-		h.VolumeId = req.GetVolumeId()
-	}
-	return resp, nil
+	return upstreamIDs
 }

@@ -209,8 +209,9 @@ func newClient(target string, conn *grpc.ClientConn) *Client {
 }
 
 // HasController reports whether the upstream advertises a controller
-// capability. The answer is discovered once and cached; a failed discovery
-// is not cached, so a restarted upstream is asked again.
+// capability. Capabilities are discovered on first use and cached with the
+// client; a failed discovery is not cached, so a restarted upstream is
+// asked again. A cache hit makes no call, so ctx is only used on a miss.
 func (c *Client) HasController(ctx context.Context, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
 	c.mu.Lock()
 	caps := c.controllerCaps
@@ -229,24 +230,6 @@ func (c *Client) HasController(ctx context.Context, cap csi.ControllerServiceCap
 		c.mu.Unlock()
 	}
 	return caps[cap], nil
-}
-
-// CachedController answers HasController without a call: known is false
-// until discovery has succeeded once. Callers check it first so the hot
-// path builds no context (and starts no timer) for an answer in memory.
-func (c *Client) CachedController(cap csi.ControllerServiceCapability_RPC_Type) (has, known bool) {
-	c.mu.Lock()
-	caps := c.controllerCaps
-	c.mu.Unlock()
-	return caps[cap], caps != nil
-}
-
-// CachedNode is CachedController for node capabilities.
-func (c *Client) CachedNode(cap csi.NodeServiceCapability_RPC_Type) (has, known bool) {
-	c.mu.Lock()
-	caps := c.nodeCaps
-	c.mu.Unlock()
-	return caps[cap], caps != nil
 }
 
 // HasNode is HasController for node capabilities.

@@ -75,10 +75,10 @@ func scalar(fd protoreflect.FieldDescriptor) protoreflect.Value {
 }
 
 // Every CSI request, with every field set (and an unknown field, as from a
-// newer CO), comes out of shallowCopy equal to what went in: nothing the CO
+// newer CO), comes out of outbound equal to what went in: nothing the CO
 // sent is lost on the way upstream, including fields of spec versions this
 // proxy does not know yet.
-func TestShallowCopyKeepsEveryField(t *testing.T) {
+func TestOutboundKeepsEveryField(t *testing.T) {
 	msgs := csi.File_csi_proto.Messages()
 	n := 0
 	for i := 0; i < msgs.Len(); i++ {
@@ -96,9 +96,9 @@ func TestShallowCopyKeepsEveryField(t *testing.T) {
 			populate(in, 3)
 			in.SetUnknown(protoreflect.RawFields{0xf8, 0x07, 0x01}) // field 127, varint 1
 			want := proto.Clone(in.Interface())
-			got := shallowCopy(in.Interface())
+			got := outbound(in.Interface())
 			if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
-				t.Errorf("shallowCopy differs (-want +got):\n%s", d)
+				t.Errorf("outbound differs (-want +got):\n%s", d)
 			}
 			if string(got.ProtoReflect().GetUnknown()) != string(want.ProtoReflect().GetUnknown()) {
 				t.Errorf("unknown fields lost")
@@ -112,7 +112,7 @@ func TestShallowCopyKeepsEveryField(t *testing.T) {
 
 // What the handlers do to the copy (assign top-level fields) never shows
 // in the inbound request.
-func TestShallowCopyLeavesInboundAlone(t *testing.T) {
+func TestOutboundLeavesInboundAlone(t *testing.T) {
 	in := &csi.CreateVolumeRequest{
 		Name:       "pvc-1",
 		Parameters: map[string]string{ConnectionParameter: "c1", "fsType": "ext4"},
@@ -124,7 +124,7 @@ func TestShallowCopyLeavesInboundAlone(t *testing.T) {
 			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "v:c1/src"}}},
 	}
 	want := proto.Clone(in)
-	out := shallowCopy(in)
+	out := outbound(in)
 	out.Name = "other"
 	out.Parameters = merge(nil, in.GetParameters())
 	out.Secrets = nil
@@ -152,6 +152,6 @@ func BenchmarkShallowCopyCreateVolume(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = shallowCopy(req)
+		_ = outbound(req)
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// shallowCopy returns a new message whose fields are those of m: scalars
-// copied, and maps, lists, sub-messages and oneof members shared with m.
-// Handlers use it to build the outbound request without mutating the
-// inbound one, as long as they only assign top-level fields of the copy
-// (out.VolumeId = …, out.Secrets = merge(…)) and never write into a shared
-// map, list or sub-message.
+// outbound returns the request to send upstream: a new message whose
+// fields are those of the inbound request m — scalars copied; maps, lists,
+// sub-messages and oneof members shared with m. A proxy must never mutate
+// the request it received (STYLE.md), so handlers edit only top-level
+// fields of the copy (out.VolumeId = …, out.Secrets = merge(…)) and never
+// write into a shared map, list or sub-message.
 //
 // proto.Clone makes a deep copy: for a CreateVolumeRequest about 7 µs and
 // 32 allocations on every call (5% of the proxy's CPU in the benchmark
@@ -21,8 +21,8 @@ import (
 // exactly the message's fields (0.3 µs, one allocation): fields added by
 // later CSI spec versions are carried without a change here, the message's
 // internal state is not copied, and unknown fields (from a newer CO) are
-// carried over. TestShallowCopyKeepsEveryField checks every CSI request.
-func shallowCopy[M proto.Message](m M) M {
+// carried over. TestOutboundKeepsEveryField checks every CSI request.
+func outbound[M proto.Message](m M) M {
 	src := reflect.ValueOf(m).Elem()
 	dst := reflect.New(src.Type())
 	d := dst.Elem()

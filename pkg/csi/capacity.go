@@ -1,0 +1,32 @@
+package csi
+
+import (
+	"context"
+	"math"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// GetCapacity answers 0 for a topology the connection cannot serve, the
+// maximum for an upstream that does not report capacity (seed behaviour:
+// "infinite"), and the upstream's answer otherwise.
+func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	c, err := d.connectionFromParameters(ctx, req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	if !c.Topology(d.opts.Topology).Admits(req.GetAccessibleTopology()) {
+		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
+	}
+	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_GET_CAPACITY)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &csi.GetCapacityResponse{AvailableCapacity: math.MaxInt64}, nil
+	}
+	out := outbound(req)
+	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
+	out.AccessibleTopology = nil
+	return forward(ctx, c, c.Controller, "GetCapacity", out, c.Controller.Controller.GetCapacity)
+}

@@ -1,0 +1,126 @@
+package csi
+
+import (
+	"context"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+)
+
+// CreateVolume resolves the connection, checks topology, forwards, and wraps
+// the result. A volume the proxy cannot hand back (ID too long) is deleted
+// upstream before the error is returned, so nothing leaks.
+func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	c, err := d.connectionFromParameters(ctx, req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	requirement := req.GetAccessibilityRequirements()
+	decision, err := c.Topology(d.opts.Topology).Decide(c.Name, requirement.GetRequisite(), requirement.GetPreferred())
+	if err != nil {
+		return nil, err
+	}
+	out := outbound(req)
+	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
+	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
+	out.AccessibilityRequirements = nil
+	if src := req.GetVolumeContentSource(); src != nil {
+		if out.VolumeContentSource, err = unwrapSource(c, src); err != nil {
+			return nil, err
+		}
+	}
+	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, "CreateVolume"); err != nil {
+		return nil, err
+	}
+	resp, err := forward(ctx, c, c.Controller, "CreateVolume", out, c.Controller.Controller.CreateVolume)
+	if err != nil {
+		return nil, err
+	}
+	vol := resp.GetVolume()
+	if vol.GetVolumeId() == "" {
+		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
+	}
+	id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
+	if err != nil {
+		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, err)
+	}
+	vol.VolumeId = id
+	vol.AccessibleTopology = decision.Topologies()
+	if src := req.GetVolumeContentSource(); src != nil {
+		vol.ContentSource = src
+	}
+	return resp, nil
+}
+
+// deleteCreated rolls back an upstream volume the proxy cannot hand back.
+func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, volumeID string, secrets map[string]string, cause error) error {
+	return d.rollback(ctx, c, cause, func(ctx context.Context) error {
+		_, err := forward(ctx, c, c.Controller, "DeleteVolume",
+			&csi.DeleteVolumeRequest{VolumeId: volumeID, Secrets: secrets}, c.Controller.Controller.DeleteVolume)
+		return err
+	})
+}
+
+// rollback deletes an object the proxy created but cannot return, and says
+// in the error whether that clean-up worked.
+func (d *Driver) rollback(ctx context.Context, c *connection.Connection, cause error, undo func(context.Context) error) error {
+	// The caller's deadline may be what made us give up; the clean-up gets
+	// its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.RollbackTimeout)
+	defer cancel()
+	if err := undo(rctx); err != nil {
+		d.log.ErrorContext(ctx, "could not delete upstream object after a failed create; it must be removed by hand",
+			"connection", c.Name, "error", err)
+		return status.Errorf(codes.Internal, "connection %q: %v; deleting the upstream object also failed: %v", c.Name, cause, err)
+	}
+	return status.Errorf(codes.InvalidArgument, "connection %q: %v; the upstream object was deleted", c.Name, cause)
+}
+
+// unwrapSource turns a clone/restore source's proxy ID into the upstream's,
+// refusing sources from another connection.
+func unwrapSource(c *connection.Connection, src *csi.VolumeContentSource) (*csi.VolumeContentSource, error) {
+	switch {
+	case src.GetSnapshot() != nil:
+		id, err := parseID(ids.Snapshot, "volume_content_source.snapshot.snapshot_id", src.GetSnapshot().GetSnapshotId())
+		if err != nil {
+			return nil, err
+		}
+		if id.Connection != c.Name {
+			return nil, status.Errorf(codes.InvalidArgument, "cannot restore snapshot of connection %q into a volume of connection %q: restore works only within one connection", id.Connection, c.Name)
+		}
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id.Handle}}}, nil
+	case src.GetVolume() != nil:
+		id, err := parseID(ids.Volume, "volume_content_source.volume.volume_id", src.GetVolume().GetVolumeId())
+		if err != nil {
+			return nil, err
+		}
+		if id.Connection != c.Name {
+			return nil, status.Errorf(codes.InvalidArgument, "cannot clone volume of connection %q into a volume of connection %q: cloning works only within one connection", id.Connection, c.Name)
+		}
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id.Handle}}}, nil
+	}
+	return nil, status.Error(codes.InvalidArgument, "volume_content_source has neither snapshot nor volume")
+}
+
+// wrapSource turns an upstream content source back into proxy IDs.
+func wrapSource(c *connection.Connection, src *csi.VolumeContentSource) *csi.VolumeContentSource {
+	switch {
+	case src.GetSnapshot() != nil:
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{
+			SnapshotId: ids.ID{Kind: ids.Snapshot, Connection: c.Name, Handle: src.GetSnapshot().GetSnapshotId()}.String()}}}
+	case src.GetVolume() != nil:
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{
+			VolumeId: ids.ID{Kind: ids.Volume, Connection: c.Name, Handle: src.GetVolume().GetVolumeId()}.String()}}}
+	}
+	return src
+}

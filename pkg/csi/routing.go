@@ -1,0 +1,114 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+)
+
+// target is where a call about an existing volume or snapshot goes: the
+// connection its ID names, and the upstream's own ID inside it.
+type target struct {
+	conn   *connection.Connection
+	handle string
+}
+
+// routeVolume resolves a volume ID the CO sent in field. An empty ID is
+// INVALID_ARGUMENT; an ID the proxy never made names no volume, so it is
+// NOT_FOUND.
+func (d *Driver) routeVolume(ctx context.Context, field, volumeID string) (target, error) {
+	return d.route(ctx, ids.Volume, field, volumeID)
+}
+
+// routeSnapshot is routeVolume for snapshot IDs.
+func (d *Driver) routeSnapshot(ctx context.Context, field, snapshotID string) (target, error) {
+	return d.route(ctx, ids.Snapshot, field, snapshotID)
+}
+
+// routeRemoval resolves the ID of an object to delete, unstage or
+// unpublish. CSI makes those calls idempotent: an ID the proxy never made
+// names nothing, so there is nothing to remove and it returns nil, nil.
+// An empty ID is still INVALID_ARGUMENT, and an ID whose connection is
+// missing fails (FAILED_PRECONDITION): a silent success there would leak
+// the upstream object.
+func (d *Driver) routeRemoval(ctx context.Context, kind ids.Kind, field, raw string) (*target, error) {
+	if raw != "" {
+		if _, err := ids.Parse(kind, raw); err != nil {
+			d.log.InfoContext(ctx, fmt.Sprintf("%s was not made by this driver; nothing to do", field), "id", raw)
+			return nil, nil
+		}
+	}
+	t, err := d.route(ctx, kind, field, raw)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (d *Driver) route(ctx context.Context, kind ids.Kind, field, raw string) (target, error) {
+	id, err := parseID(kind, field, raw)
+	if err != nil {
+		return target{}, err
+	}
+	c, err := d.connection(ctx, id.Connection)
+	if err != nil {
+		return target{}, err
+	}
+	return target{conn: c, handle: id.Handle}, nil
+}
+
+// parseID parses a proxy ID. A malformed ID gives NOT_FOUND: the proxy never
+// made it, so no such object exists.
+func parseID(kind ids.Kind, field, s string) (ids.ID, error) {
+	if s == "" {
+		return ids.ID{}, status.Errorf(codes.InvalidArgument, "%s is required", field)
+	}
+	id, err := ids.Parse(kind, s)
+	if err != nil {
+		return ids.ID{}, status.Errorf(codes.NotFound, "%s: %v", field, err)
+	}
+	return id, nil
+}
+
+// connectionFromParameters picks the connection named by a request's
+// parameters (StorageClass parameters.connection), else the default one.
+func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*connection.Connection, error) {
+	name := params[ConnectionParameter]
+	if name == "" {
+		name = d.opts.DefaultConnection
+	}
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "parameters.connection is required: set it in the StorageClass, or set proxy.defaultConnection")
+	}
+	return d.connection(ctx, name)
+}
+
+// connection resolves a connection by name for a request, recording it for
+// the log line.
+func (d *Driver) connection(ctx context.Context, name string) (*connection.Connection, error) {
+	setConnection(ctx, name)
+	c, err := d.opts.Store.Get(name)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return c, nil
+}
+
+// storeError maps connection lookup failures to status codes.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, connection.ErrInvalidName):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, connection.ErrNotFound), errors.Is(err, connection.ErrBroken):
+		// The admin must add or fix the file; the call can then succeed,
+		// which is what FAILED_PRECONDITION tells the CO.
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}

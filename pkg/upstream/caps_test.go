@@ -61,7 +61,9 @@ func TestCapabilitiesCached(t *testing.T) {
 			has  func() (bool, error)
 			want bool
 		}{
-			{"controller advertised", func() (bool, error) { return c.HasController(ctx, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME) }, true},
+			{"controller advertised", func() (bool, error) {
+				return c.HasController(ctx, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
+			}, true},
 			{"controller not advertised", func() (bool, error) { return c.HasController(ctx, csi.ControllerServiceCapability_RPC_GET_CAPACITY) }, false},
 			{"node advertised", func() (bool, error) { return c.HasNode(ctx, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS) }, true},
 			{"node not advertised", func() (bool, error) { return c.HasNode(ctx, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME) }, false},

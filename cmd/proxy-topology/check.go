@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
@@ -180,12 +180,12 @@ func producibleKeys(ev *nodetopology.Evaluator) map[string]bool {
 	keys := map[string]bool{}
 	switch ev.Type() {
 	case nodetopology.TypeCluster:
-		keys[nodetopology.FullKey(ev.Prefix(), "cluster")] = true
+		keys[labels.FullKey(ev.Prefix(), "cluster")] = true
 	case nodetopology.TypeNode:
-		keys[nodetopology.FullKey(ev.Prefix(), "node")] = true
+		keys[labels.FullKey(ev.Prefix(), "node")] = true
 	}
 	for _, r := range ev.Rules() {
-		keys[nodetopology.FullKey(ev.Prefix(), r.TopologyKey)] = true
+		keys[labels.FullKey(ev.Prefix(), r.TopologyKey)] = true
 	}
 	return keys
 }
@@ -197,7 +197,7 @@ func checkConnection(path string, ev *nodetopology.Evaluator, produced map[strin
 		r.errors = []string{unwrapPath(err)}
 		return r
 	}
-	c, warnings, err := config.ParseConnection(path, data, accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()})
+	c, warnings, err := config.ParseConnection(path, data, ev.Accessibility())
 	for _, w := range warnings {
 		r.warnings = append(r.warnings, flatten(w, "file "+path+": ")...)
 	}
@@ -215,7 +215,7 @@ func checkConnection(path string, ev *nodetopology.Evaluator, produced map[strin
 	seenExtra := map[string]bool{}
 	for i, e := range c.Proxy.PerDriver.Topology {
 		for _, k := range slices.Sorted(maps.Keys(e.Requirements)) {
-			full := nodetopology.FullKey(ev.Prefix(), k)
+			full := labels.FullKey(ev.Prefix(), k)
 			if !produced[full] {
 				r.warnings = append(r.warnings, fmt.Sprintf(
 					"proxy.perDriver.topology[%d].requirements[%q]: no node reports %s (no fromRegexp rule has that key, nor does type %s): only nodes labelled by other means can use the volumes",

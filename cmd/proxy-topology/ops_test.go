@@ -179,3 +179,23 @@ func TestMetricsAddressValidation(t *testing.T) {
 		}
 	}
 }
+
+// The built-in default's connection files are edited as YAML data: the
+// base path changes, comments and everything else stay.
+func TestWithShareBasePath(t *testing.T) {
+	in := "# a comment\ndriver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /var/lib/x # where\n  stage: true\n"
+	out, ok, err := withShareBasePath([]byte(in), "/tmp/run/data/local")
+	if err != nil || !ok {
+		t.Fatalf("withShareBasePath = %v, %v", ok, err)
+	}
+	want := "# a comment\ndriver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /tmp/run/data/local # where\n  stage: true\n"
+	if string(out) != want {
+		t.Errorf("got:\n%s\nwant:\n%s", out, want)
+	}
+	if _, ok, err := withShareBasePath([]byte("driver: csi\ncsi:\n  endpoint: unix:///x\n"), "/y"); ok || err != nil {
+		t.Errorf("a csi connection: ok=%v err=%v, want it left out", ok, err)
+	}
+	if _, _, err := withShareBasePath([]byte("- a\n"), "/y"); err == nil {
+		t.Error("a YAML list: no error")
+	}
+}

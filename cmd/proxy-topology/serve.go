@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -14,14 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/democratic-csi/proxy-topology/examples"
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
-	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -242,7 +243,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 
 func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
 	ev := cfg.Topology
-	topo := accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()}
+	topo := ev.Accessibility()
 	timeout := time.Duration(cfg.Proxy.CacheTimeoutMinutes) * time.Minute
 	if cfg.Proxy.CacheTimeoutMinutes < 0 {
 		timeout = -1
@@ -344,17 +345,63 @@ func materializeDefault(dir string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		c, _, err := config.ParseConnection(e.Name(), data, accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster})
-		if err != nil || c.Driver != config.DriverLocalHostpath {
+		name := strings.TrimSuffix(e.Name(), ".yaml")
+		out, ok, err := withShareBasePath(data, filepath.Join(dir, "data", name))
+		if err != nil {
+			return "", fmt.Errorf("examples/connections/%s: %w", e.Name(), err)
+		}
+		if !ok {
 			continue
 		}
-		name := strings.TrimSuffix(e.Name(), ".yaml")
-		out := strings.Replace(string(data), c.LocalHostpath.ShareBasePath, filepath.Join(dir, "data", name), 1)
-		if err := writeIfChanged(filepath.Join(folder, e.Name()), []byte(out)); err != nil {
+		if err := writeIfChanged(filepath.Join(folder, e.Name()), out); err != nil {
 			return "", err
 		}
 	}
 	return folder, nil
+}
+
+// withShareBasePath returns a local-hostpath connection file with its
+// local-hostpath.shareBasePath set to path, edited as YAML data so its
+// comments stay; ok is false for a file of another driver.
+func withShareBasePath(data []byte, path string) (out []byte, ok bool, err error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, false, err
+	}
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, false, errors.New("not a YAML mapping")
+	}
+	root := doc.Content[0]
+	if driver := mappingValue(root, "driver"); driver == nil || driver.Value != config.DriverLocalHostpath {
+		return nil, false, nil
+	}
+	section := mappingValue(root, "local-hostpath")
+	if section == nil {
+		section = &yaml.Node{Kind: yaml.MappingNode}
+		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "local-hostpath"}, section)
+	}
+	if v := mappingValue(section, "shareBasePath"); v != nil {
+		v.SetString(path)
+	} else {
+		section.Content = append(section.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "shareBasePath"}, &yaml.Node{Kind: yaml.ScalarNode, Value: path})
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, false, err
+	}
+	return buf.Bytes(), true, enc.Close()
+}
+
+// mappingValue returns the value node of key in a YAML mapping, or nil.
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
 }
 
 func writeIfChanged(path string, data []byte) error {

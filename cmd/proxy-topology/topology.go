@@ -15,6 +15,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
@@ -140,7 +141,7 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("connection %q: %v", conn, err)
 	}
-	opts := accessible.Options{Prefix: ev.Prefix(), Type: ev.Type()}
+	opts := ev.Accessibility()
 	c, _, err := config.ParseConnection(file, data, opts)
 	if err != nil {
 		return fail("connection %q: %v", conn, err)
@@ -185,7 +186,7 @@ func parseTerm(s, prefix string) (*csi.Topology, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%q: want k=v,k=v", s)
 		}
-		seg[nodetopology.FullKey(prefix, k)] = v
+		seg[labels.FullKey(prefix, k)] = v
 	}
 	return &csi.Topology{Segments: seg}, nil
 }

@@ -36,8 +36,17 @@ func TestAdmits(t *testing.T) {
 			want:     true,
 		},
 		{
-			name:     "extra labels are not matched on",
+			// Extra labels are not matched on, but no node could carry
+			// both rack values (as in Decide).
+			name:     "a segment contradicting an extra label",
 			topology: topo(pk("zone"), "z1", "custom.io/rack", "other"),
+			entries:  []Entry{{Requirements: kvs("zone", "z1"), Extra: kvs("custom.io/rack", "r1")}},
+			opts:     zoneOpts,
+			want:     false,
+		},
+		{
+			name:     "extra labels are not matched on",
+			topology: topo(pk("zone"), "z1", "custom.io/pool", "p1"),
 			entries:  []Entry{{Requirements: kvs("zone", "z1"), Extra: kvs("custom.io/rack", "r1")}},
 			opts:     zoneOpts,
 			want:     true,

@@ -2,10 +2,9 @@ package accessible
 
 import (
 	"cmp"
-	"hash/maphash"
 	"maps"
-	"math/bits"
 	"slices"
+	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -13,35 +12,28 @@ import (
 )
 
 // Compiled is a connection's topology list prepared once for the options:
-// requirements with full keys, each entry's accessible topology, and which
-// entries repeat another. A loaded connection keeps one, so a CreateVolume
-// only matches terms against it; Decide compiles on every call.
+// requirements with full keys and each entry's accessible topology. A
+// loaded connection keeps one (connection.Connection.Topology), so a call
+// only matches terms against it.
 //
 // A Compiled is immutable and safe for concurrent use.
 type Compiled struct {
 	opts    Options
 	entries []Entry
-	norm    [][]segment
+	// norm[i] is entry i's requirements with full keys, sorted by key.
+	norm [][]segment
 	// topo[i] is entry i's accessible topology: extra ∪ prefixed
 	// requirements. Callers get copies.
 	topo []map[string]string
-	// first[i] is the first entry whose topology equals topo[i].
-	first []int
-	// empty reports an entry without any label: reachable everywhere.
-	empty []bool
-	all   Decision
+	all  Decision
+	// nodeKey is opts.NodeKey(), built once.
+	nodeKey string
 }
 
 // Compile prepares entries (which should have passed Validate) for opts.
 func Compile(entries []Entry, opts Options) *Compiled {
-	c := &Compiled{opts: opts, entries: entries, norm: normalize(entries, opts)}
+	c := &Compiled{opts: opts, entries: entries, norm: normalize(entries, opts), nodeKey: opts.NodeKey()}
 	c.topo = make([]map[string]string, len(entries))
-	c.first = make([]int, len(entries))
-	c.empty = make([]bool, len(entries))
-	// Equal topologies are found by an order-independent hash; maps.Equal
-	// decides, so a collision costs time, never a wrongly merged entry.
-	hashes := make([]uint64, len(entries))
-	seed := maphash.MakeSeed()
 	for i := range entries {
 		segments := make(map[string]string, len(c.norm[i])+len(entries[i].Extra))
 		maps.Copy(segments, entries[i].Extra)
@@ -50,28 +42,23 @@ func Compile(entries []Entry, opts Options) *Compiled {
 		for _, s := range c.norm[i] {
 			segments[s.key] = s.value
 		}
-		c.topo[i], c.first[i], c.empty[i] = segments, i, len(segments) == 0
-		hashes[i] = segmentsHash(seed, segments)
-		for j := range i {
-			if hashes[j] == hashes[i] && maps.Equal(c.topo[j], segments) {
-				c.first[i] = j
-				break
-			}
-		}
+		c.topo[i] = segments
 	}
-	order := make([]int, len(entries))
-	for i := range order {
-		order[i] = i
-	}
-	c.all = c.decision(order)
+	c.all = decision(c.topo)
 	return c
 }
 
 // Options returns the options c was compiled for.
 func (c *Compiled) Options() Options { return c.opts }
 
+// Empty reports a connection without a topology list: reachable from every
+// node, unless something else pins it.
+func (c *Compiled) Empty() bool { return len(c.entries) == 0 }
+
 // All is the accessible_topology of an existing volume: every entry,
-// duplicates dropped; "everywhere" when there are no entries. Decorate.
+// duplicates dropped; everywhere when there are no entries. ControllerGetVolume
+// and ListVolumes cannot know which terms CreateVolume chose, so they report
+// this.
 func (c *Compiled) All() Decision { return c.all }
 
 // matches reports whether a term matches an entry's normalized
@@ -81,9 +68,8 @@ func (c *Compiled) All() Decision { return c.all }
 //
 // Keys are compared in full: entry keys are made full by normalize, and
 // request keys are taken as sent, never stripped of a prefix. Comparing by
-// short key (as SPEC §8's wording suggests) would let a foreign "b/zone"
-// collide with our "a/zone". Extra labels are not requirements and take no
-// part.
+// short key would let a foreign "b/zone" collide with our "a/zone". Extra
+// labels are not requirements and take no part.
 func matches(term *csi.Topology, reqs []segment) bool {
 	segments := term.GetSegments()
 	for _, s := range reqs {
@@ -108,29 +94,56 @@ func firstMatch(terms []*csi.Topology, reqs []segment) int {
 // Admits reports whether the connection can serve a volume accessible from
 // topology: some entry matches it as a term. A connection without a
 // topology list, and an empty topology, are always admitted. GetCapacity
-// uses it: a segment no entry admits has capacity 0.
+// uses it (a segment no entry admits has capacity 0), and so does a
+// group's choice of member (SPEC §11).
 func (c *Compiled) Admits(topology *csi.Topology) bool {
 	if len(c.entries) == 0 || len(topology.GetSegments()) == 0 {
 		return true
 	}
-	for _, reqs := range c.norm {
-		if matches(topology, reqs) {
+	for i := range c.norm {
+		if _, ok := c.serve(i, topology); ok {
 			return true
 		}
 	}
 	return false
 }
 
-// Decide is the package's Decide for a compiled connection.
+// serve returns the accessible topology entry i gives for term, and
+// whether it serves the term at all: the term must match the entry's
+// requirements and contradict none of its extra labels (no node could
+// carry both). The result is the entry's topology narrowed by the term.
+func (c *Compiled) serve(i int, term *csi.Topology) (map[string]string, bool) {
+	if !matches(term, c.norm[i]) {
+		return nil, false
+	}
+	return narrow(c.topo[i], c.norm[i], term, c.nodeKey)
+}
+
+// Decide answers a CreateVolume's accessibility requirements (SPEC §8) for
+// the connection named connection (used in messages only):
+//
+//   - no requirements: All, the whole list (nothing to check);
+//   - no list: everywhere, or under type node the node the CO asked for;
+//   - otherwise the terms are requisite (else preferred), and the call
+//     succeeds if some term matches some entry (the CSI spec asks that the
+//     volume be accessible from at least one requisite topology), else
+//     RESOURCE_EXHAUSTED naming what was asked and what is offered.
+//
+// Each matching (entry, term) pair gives one accessible topology: the
+// entry's segments plus the term's segments for keys the entry does not
+// constrain, so the volume is never accessible from a node that no term
+// admits (a class whose allowedTopologies uses topology.kubernetes.io/zone
+// keeps its PVs inside it). The node key (Options.NodeKey) never narrows:
+// zone-wide storage is not pinned to the node that happened to be
+// selected. Pairs are ordered by the first preferred term their entry
+// matches, then by entry and term order; duplicates are dropped.
 func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topology) (Decision, error) {
 	if len(requisite) == 0 && len(preferred) == 0 {
 		return c.all, nil
 	}
 	if len(c.entries) == 0 {
-		// A connection without a topology list is reachable from every
-		// node, so there is nothing to refuse.
 		if c.opts.Type == typeNode {
-			return Decision{pinned: pinToRequestedNode(requisite, preferred, c.opts)}, nil
+			return c.pinToRequestedNode(requisite, preferred), nil
 		}
 		return Decision{}, nil
 	}
@@ -142,25 +155,28 @@ func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topolog
 	if len(terms) == 0 {
 		terms, kind = preferred, "preferred"
 	}
-	type pick struct{ entry, rank int }
-	var buf [8]pick
-	picks := buf[:0]
+	type pick struct {
+		rank, entry, term int
+		segments          map[string]string
+	}
+	var picks []pick
 	for i, reqs := range c.norm {
-		// At least one term must match, not every term: the CSI spec asks
-		// that the volume be accessible from at least one requisite
-		// topology. The seed demanded every term, which failed for
-		// Immediate classes under the external-provisioner's default
-		// --immediate-topology=true (one requisite term per node).
-		if kind == "requisite" && firstMatch(terms, reqs) == len(terms) {
-			continue
-		}
 		// rank = index of the first preferred term the entry matches;
 		// len(preferred) sorts entries matching none after the others.
 		rank := firstMatch(preferred, reqs)
-		if kind == "preferred" && rank == len(preferred) {
-			continue
+		for j, term := range terms {
+			segments, ok := c.serve(i, term)
+			if !ok {
+				continue
+			}
+			// A segment that narrows the result becomes a PV node
+			// affinity requirement, which the API server would refuse if
+			// it is not a valid label; say so now, before anything is made.
+			if err := badNarrowing(kind, j, segments, c.topo[i]); err != nil {
+				return Decision{}, err
+			}
+			picks = append(picks, pick{rank, i, j, segments})
 		}
-		picks = append(picks, pick{entry: i, rank: rank})
 	}
 	if len(picks) == 0 {
 		// RESOURCE_EXHAUSTED is the CSI spec's code for "unable to
@@ -171,73 +187,147 @@ func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topolog
 		// the same node is retried forever.
 		return Decision{}, status.Error(codes.ResourceExhausted, notAccessibleMessage(connection, kind, terms, c.norm))
 	}
-	// Stable, so entries with the same rank keep their order in T.
-	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.rank, b.rank) })
-	order := make([]int, len(picks))
+	slices.SortStableFunc(picks, func(a, b pick) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.entry, b.entry), cmp.Compare(a.term, b.term))
+	})
+	out := make([]map[string]string, len(picks))
 	for i, p := range picks {
-		order[i] = p.entry
+		out[i] = p.segments
 	}
-	return c.decision(order), nil
+	return decision(out), nil
 }
 
-// decision keeps the first of each set of equal topologies in order; an
-// entry without labels makes the volume reachable everywhere.
-func (c *Compiled) decision(order []int) Decision {
-	if len(order) == 0 {
-		return Decision{}
-	}
-	kept := order[:0]
-	for _, i := range order {
-		if c.empty[i] {
-			// An entry without labels is reachable everywhere, and so is a
-			// volume reachable from any one of its entries. An empty term
-			// would instead be dropped by the provisioner when it builds
-			// node affinity, silently narrowing it to the other entries.
-			return Decision{}
+// narrow returns an entry's topology plus the term's segments for keys the
+// entry's requirements do not constrain, except the node key. ok is false
+// when a term segment contradicts one of the entry's extra labels: no node
+// could carry both, so the pair admits no node.
+func narrow(entryTopology map[string]string, reqs []segment, term *csi.Topology, nodeKey string) (map[string]string, bool) {
+	out := entryTopology
+	cloned := false
+	for k, v := range term.GetSegments() {
+		if k == nodeKey || constrains(reqs, k) {
+			continue
 		}
-		if !slices.ContainsFunc(kept, func(k int) bool { return c.first[k] == c.first[i] }) {
-			kept = append(kept, i)
+		if have, ok := entryTopology[k]; ok {
+			if have != v {
+				return nil, false
+			}
+			continue
 		}
+		if !cloned {
+			out, cloned = maps.Clone(entryTopology), true
+		}
+		out[k] = v
 	}
-	return Decision{c: c, order: kept}
+	return out, true
 }
 
-// Decision is where a new or existing volume is accessible from: some of
-// a connection's entries in preference order, one pinned node, or
+// badNarrowing checks the segments a term added to an entry's topology:
+// each must be a valid label key and value, or the call is
+// INVALID_ARGUMENT naming the term.
+func badNarrowing(kind string, term int, result, entryTopology map[string]string) error {
+	if len(result) == len(entryTopology) {
+		return nil // nothing added
+	}
+	for _, k := range slices.Sorted(maps.Keys(result)) {
+		if _, own := entryTopology[k]; own {
+			continue
+		}
+		problem := labelKeyProblem(k)
+		what := "key"
+		if problem == "" {
+			problem, what = labelValueProblem(result[k]), "value"
+		}
+		if problem != "" {
+			var sb strings.Builder
+			writeShort(&sb, k)
+			sb.WriteByte('=')
+			writeShort(&sb, result[k])
+			return status.Errorf(codes.InvalidArgument, "accessibility_requirements.%s[%d]: segment %s: the %s is not a valid label %s (%s)",
+				kind, term, sb.String(), what, what, problem)
+		}
+	}
+	return nil
+}
+
+// pinToRequestedNode handles a connection without a topology list under the
+// node topology type: node-local storage is only reachable from the node
+// that created it, which is the node the CO asked for.
+func (c *Compiled) pinToRequestedNode(requisite, preferred []*csi.Topology) Decision {
+	key := c.nodeKey
+	// Preferred first: in strict and WaitForFirstConsumer modes it starts
+	// with the selected node, while requisite is sorted by the provisioner.
+	for _, list := range [2][]*csi.Topology{preferred, requisite} {
+		for _, term := range list {
+			// An empty value is not a node name (CSI segment values are
+			// non-empty); keep looking.
+			if v := term.GetSegments()[key]; v != "" {
+				return Pinned(key, v)
+			}
+		}
+	}
+	return Decision{}
+}
+
+// Decision is where a new or existing volume is accessible from: a list of
+// topologies (each a set of label requirements, ANDed; the list ORed), or
 // everywhere (no accessible_topology at all).
 type Decision struct {
-	c      *Compiled
-	order  []int
-	pinned *csi.Topology
+	topologies []map[string]string
+}
+
+// Pinned is a decision for one label: the volume is reachable only from
+// nodes carrying key=value (one node, for a node-identity key).
+func Pinned(key, value string) Decision {
+	return Decision{topologies: []map[string]string{{key: value}}}
+}
+
+// decision keeps the first of each set of equal topologies in order; a
+// topology without labels makes the volume reachable everywhere.
+func decision(list []map[string]string) Decision {
+	var kept []map[string]string
+	seen := map[string]bool{}
+	for _, t := range list {
+		if len(t) == 0 {
+			// A volume reachable from any one of its topologies is
+			// reachable everywhere if one of them has no labels. An empty
+			// term would instead be dropped by the provisioner when it
+			// builds node affinity, silently narrowing it to the others.
+			return Decision{}
+		}
+		if k := canonical(t); !seen[k] {
+			seen[k] = true
+			kept = append(kept, t)
+		}
+	}
+	return Decision{topologies: kept}
+}
+
+// canonical is a topology as a string with its keys sorted; equal
+// topologies give equal strings.
+func canonical(t map[string]string) string {
+	var sb strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		sb.WriteString(k)
+		sb.WriteByte(0)
+		sb.WriteString(t[k])
+		sb.WriteByte(0)
+	}
+	return sb.String()
 }
 
 // Everywhere reports a volume reachable from every node.
-func (d Decision) Everywhere() bool { return len(d.order) == 0 && d.pinned == nil }
+func (d Decision) Everywhere() bool { return len(d.topologies) == 0 }
 
 // Topologies returns the accessible_topology as new messages the caller
 // may keep and change; nil means everywhere.
 func (d Decision) Topologies() []*csi.Topology {
-	if d.pinned != nil {
-		return []*csi.Topology{{Segments: maps.Clone(d.pinned.Segments)}}
-	}
-	if len(d.order) == 0 {
+	if len(d.topologies) == 0 {
 		return nil
 	}
-	out := make([]*csi.Topology, len(d.order))
-	backing := make([]csi.Topology, len(d.order))
-	for i, e := range d.order {
-		backing[i].Segments = maps.Clone(d.c.topo[e])
-		out[i] = &backing[i]
+	out := make([]*csi.Topology, len(d.topologies))
+	for i, t := range d.topologies {
+		out[i] = &csi.Topology{Segments: maps.Clone(t)}
 	}
 	return out
-}
-
-// segmentsHash is an order-independent hash of segments: a sum over pairs,
-// each pair hashed so that swapping key and value changes it.
-func segmentsHash(seed maphash.Seed, segments map[string]string) uint64 {
-	var sum uint64
-	for k, v := range segments {
-		sum += bits.RotateLeft64(maphash.String(seed, k), 17)*0x9e3779b97f4a7c15 ^ maphash.String(seed, v)
-	}
-	return sum
 }

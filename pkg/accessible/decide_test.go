@@ -20,6 +20,8 @@ type decideCase struct {
 	want    []*csi.Topology
 	// wantMsg, when set, is the exact RESOURCE_EXHAUSTED message expected.
 	wantMsg string
+	// wantErr, when set, is the code of another error expected.
+	wantErr codes.Code
 }
 
 func runDecideCases(t *testing.T, cases []decideCase) {
@@ -27,6 +29,12 @@ func runDecideCases(t *testing.T, cases []decideCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Decide("c1", tc.req, tc.entries, tc.opts)
+			if tc.wantErr != codes.OK {
+				if code := status.Code(err); code != tc.wantErr {
+					t.Fatalf("code = %v (err %v), want %v", code, err, tc.wantErr)
+				}
+				return
+			}
 			if tc.wantMsg != "" {
 				if code := status.Code(err); code != codes.ResourceExhausted {
 					t.Fatalf("code = %v (err %v), want ResourceExhausted", code, err)
@@ -146,13 +154,16 @@ func TestDecide(t *testing.T) {
 			want:    topos(zoneTerm("z1")),
 		},
 		{
-			name: "term keys the entry lacks do not restrict it",
+			// SPEC §8: the PV must never admit a node that no term admits,
+			// so keys the entry does not constrain narrow the result; the
+			// node key never does (zone-wide storage is not pinned).
+			name: "term keys the entry lacks narrow the result, except the node key",
 			req: &csi.TopologyRequirement{Requisite: topos(
 				topo(pk("zone"), "z1", pk("node"), "n7", "topology.kubernetes.io/region", "eu"),
 			)},
 			entries: []Entry{zoneEntry("z1"), zoneEntry("z2")},
 			opts:    zoneOpts,
-			want:    topos(zoneTerm("z1")),
+			want:    topos(topo(pk("zone"), "z1", "topology.kubernetes.io/region", "eu")),
 		},
 		{
 			name:    "entry keys the term lacks are not asked about",
@@ -190,8 +201,9 @@ func TestDecide(t *testing.T) {
 			req:     &csi.TopologyRequirement{Requisite: topos(topo("b/zone", "z2"))},
 			entries: []Entry{{Requirements: kvs("a/zone", "z1")}},
 			opts:    zoneOpts,
-			// b/zone is a key the entry has no requirement for.
-			want: topos(topo("a/zone", "z1")),
+			// b/zone is a key the entry has no requirement for: it
+			// matches, and narrows.
+			want: topos(topo("a/zone", "z1", "b/zone", "z2")),
 		},
 		{
 			name:    "a/zone is compared in full",
@@ -205,14 +217,14 @@ func TestDecide(t *testing.T) {
 			req:     &csi.TopologyRequirement{Requisite: topos(topo("other.io/zone", "z2"))},
 			entries: []Entry{zoneEntry("z1")},
 			opts:    zoneOpts,
-			want:    topos(zoneTerm("z1")),
+			want:    topos(topo(pk("zone"), "z1", "other.io/zone", "z2")),
 		},
 		{
 			name:    "unprefixed request keys are not prefixed",
 			req:     &csi.TopologyRequirement{Requisite: topos(topo("zone", "z2"))},
 			entries: []Entry{zoneEntry("z1")},
 			opts:    zoneOpts,
-			want:    topos(zoneTerm("z1")),
+			want:    topos(topo(pk("zone"), "z1", "zone", "z2")),
 		},
 		{
 			name:    "empty prefix leaves short keys as they are",
@@ -222,8 +234,8 @@ func TestDecide(t *testing.T) {
 			want:    topos(topo("zone", "z2")),
 		},
 		{
-			name: "extra labels are added and not matched on",
-			req:  &csi.TopologyRequirement{Requisite: topos(topo(pk("zone"), "z1", "custom.io/rack", "other"))},
+			name: "extra labels are added",
+			req:  &csi.TopologyRequirement{Requisite: topos(zoneTerm("z1"))},
 			entries: []Entry{
 				{Requirements: kvs("zone", "z1"), Extra: kvs("custom.io/rack", "r1")},
 			},
@@ -231,11 +243,22 @@ func TestDecide(t *testing.T) {
 			want: topos(topo(pk("zone"), "z1", "custom.io/rack", "r1")),
 		},
 		{
+			// Extra labels are not matched on, but a term that contradicts
+			// one admits no node the volume could be used from.
+			name: "a term contradicting an extra label is not served",
+			req:  &csi.TopologyRequirement{Requisite: topos(topo(pk("zone"), "z1", "custom.io/rack", "other"))},
+			entries: []Entry{
+				{Requirements: kvs("zone", "z1"), Extra: kvs("custom.io/rack", "r1")},
+			},
+			opts:    zoneOpts,
+			wantMsg: `topology {custom.io/rack=other, org.democratic-csi.topology/zone=z1} (requisite) is not accessible for connection "c1" (it offers [{org.democratic-csi.topology/zone=z1}])`,
+		},
+		{
 			name:    "extra-only entry matches every term",
 			req:     &csi.TopologyRequirement{Requisite: topos(zoneTerm("z9"))},
 			entries: []Entry{{Extra: kvs("custom.io/storage", "fast")}},
 			opts:    zoneOpts,
-			want:    topos(topo("custom.io/storage", "fast")),
+			want:    topos(topo("custom.io/storage", "fast", pk("zone"), "z9")),
 		},
 		{
 			name: "exact duplicates are dropped, first kept",
@@ -254,10 +277,17 @@ func TestDecide(t *testing.T) {
 			want: topos(zoneTerm("z2"), zoneTerm("z1"), topo(pk("zone"), "z1", "custom.io/rack", "r1")),
 		},
 		{
-			name:    "entry without labels makes the volume reachable everywhere",
+			name:    "an entry without labels is narrowed to the term",
 			req:     &csi.TopologyRequirement{Requisite: topos(zoneTerm("z1"))},
 			entries: []Entry{zoneEntry("z1"), {}},
 			opts:    zoneOpts,
+			want:    topos(zoneTerm("z1")),
+		},
+		{
+			name:    "an entry without labels and a term of the node key only: everywhere",
+			req:     &csi.TopologyRequirement{Requisite: topos(topo(pk("node"), "n1"))},
+			entries: []Entry{{}},
+			opts:    nodeOpts,
 			want:    nil,
 		},
 		{
@@ -467,4 +497,70 @@ func TestDecorate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// SPEC §8, "never widen": the cases the provisioner produces, from the
+// three StorageClass modes and the classes that name other keys.
+func TestDecideNarrowing(t *testing.T) {
+	k8sZone := "topology.kubernetes.io/zone"
+	runDecideCases(t, []decideCase{
+		{
+			// A class whose allowedTopologies uses the well-known key while
+			// the connection declares the proxy's: the PV carries both, so
+			// it stays inside the class's allowedTopologies.
+			name:    "allowedTopologies on another key keeps the PV inside it",
+			req:     &csi.TopologyRequirement{Requisite: topos(topo(k8sZone, "us-east-1a"))},
+			entries: []Entry{zoneEntry("z1")},
+			opts:    zoneOpts,
+			want:    topos(topo(pk("zone"), "z1", k8sZone, "us-east-1a")),
+		},
+		{
+			name: "two allowed values give two terms",
+			req: &csi.TopologyRequirement{
+				Requisite: topos(topo(k8sZone, "a"), topo(k8sZone, "b")),
+				Preferred: topos(topo(k8sZone, "b"), topo(k8sZone, "a")),
+			},
+			entries: []Entry{zoneEntry("z1")},
+			opts:    zoneOpts,
+			want:    topos(topo(pk("zone"), "z1", k8sZone, "a"), topo(pk("zone"), "z1", k8sZone, "b")),
+		},
+		{
+			// Strict WaitForFirstConsumer under type node: the selected
+			// node's term carries its node key, which never narrows a
+			// connection that declares topology.
+			name:    "strict topology, type node: zone-wide storage is not pinned to the node",
+			req:     &csi.TopologyRequirement{Requisite: topos(topo(pk("node"), "n1", pk("zone"), "z1")), Preferred: topos(topo(pk("node"), "n1", pk("zone"), "z1"))},
+			entries: []Entry{zoneEntry("z1"), zoneEntry("z2")},
+			opts:    nodeOpts,
+			want:    topos(zoneTerm("z1")),
+		},
+		{
+			// Immediate with --immediate-topology: one term per node;
+			// those of one zone collapse into one topology.
+			name: "one requisite term per node collapses per zone",
+			req: &csi.TopologyRequirement{Requisite: topos(
+				topo(pk("node"), "n1", pk("zone"), "z1"),
+				topo(pk("node"), "n2", pk("zone"), "z1"),
+				topo(pk("node"), "n3", pk("zone"), "z2"),
+				topo(pk("node"), "n4", pk("zone"), "z3"),
+			)},
+			entries: []Entry{zoneEntry("z1"), zoneEntry("z2")},
+			opts:    nodeOpts,
+			want:    topos(zoneTerm("z1"), zoneTerm("z2")),
+		},
+		{
+			name:    "a region the term adds narrows a zone entry",
+			req:     &csi.TopologyRequirement{Requisite: topos(topo(pk("region"), "r1", pk("zone"), "z1"))},
+			entries: []Entry{zoneEntry("z1")},
+			opts:    zoneOpts,
+			want:    topos(topo(pk("region"), "r1", pk("zone"), "z1")),
+		},
+		{
+			name:    "a term key that is no label is refused, not copied",
+			req:     &csi.TopologyRequirement{Requisite: topos(topo("bad key", "v", pk("zone"), "z1"))},
+			entries: []Entry{zoneEntry("z1")},
+			opts:    zoneOpts,
+			wantErr: codes.InvalidArgument,
+		},
+	})
 }

@@ -2,6 +2,7 @@ package accessible
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,6 +107,9 @@ func FuzzDecide(f *testing.F) {
 		hasReq := len(req.GetRequisite()) > 0 || len(req.GetPreferred()) > 0
 
 		if err != nil {
+			if status.Code(err) == codes.InvalidArgument && (!wellFormed(req.GetRequisite()) || !wellFormed(req.GetPreferred())) {
+				return // a term would narrow the result with a key or value that is no label
+			}
 			if code := status.Code(err); code != codes.ResourceExhausted {
 				t.Fatalf("code = %v, want ResourceExhausted: %v", code, err)
 			}
@@ -120,7 +124,7 @@ func FuzzDecide(f *testing.F) {
 		}
 
 		if len(entries) == 0 {
-			nodeKey := fullKey(opts.Prefix, nodeShortKey)
+			nodeKey := opts.NodeKey()
 			if opts.Type != typeNode || !hasReq {
 				if got != nil {
 					t.Fatalf("empty topology list, type %q: got %v, want nil", opts.Type, got)
@@ -138,21 +142,33 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 
-		// The result is a subset of the decorated list, without duplicates.
+		// Every result holds one entry's whole topology (narrowed by a
+		// term, never widened), there are no duplicates, and no result
+		// admits a node that no term admits: each agrees with some term on
+		// every key of that term except the node key.
+		terms := req.GetRequisite()
+		if len(terms) == 0 {
+			terms = req.GetPreferred()
+		}
 		for i, g := range got {
-			if !containsTopology(decorated, g) {
-				t.Fatalf("result %v is not in the decorated list %v", g, decorated)
+			// (A decorated list of nil is an entry without labels: everywhere.)
+			if decorated != nil && !slices.ContainsFunc(decorated, func(d *csi.Topology) bool { return subset(d.GetSegments(), g.GetSegments()) }) {
+				t.Fatalf("result %v holds no entry of the decorated list %v", g, decorated)
 			}
 			if containsTopology(got[:i], g) {
 				t.Fatalf("duplicate %v in %v", g, got)
+			}
+			if hasReq && !slices.ContainsFunc(terms, func(term *csi.Topology) bool { return within(g, term, opts.NodeKey()) }) {
+				t.Fatalf("result %v admits nodes that none of the terms %v admits", g, terms)
 			}
 		}
 		if hasReq && got != nil && len(got) == 0 {
 			t.Fatalf("success with an empty, non-nil accessible_topology")
 		}
 
-		// Validated lists give well-formed segments.
-		if Validate(entries, opts) == nil {
+		// Validated lists and terms without empty keys or values give
+		// well-formed segments (terms narrow the result with their own).
+		if Validate(entries, opts) == nil && wellFormed(req.GetRequisite()) && wellFormed(req.GetPreferred()) {
 			for _, g := range got {
 				if len(g.GetSegments()) == 0 {
 					t.Fatalf("empty topology in %v", got)
@@ -173,6 +189,42 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// wellFormed reports terms whose segments are all valid labels.
+func wellFormed(terms []*csi.Topology) bool {
+	for _, t := range terms {
+		for k, v := range t.GetSegments() {
+			if labelKeyProblem(k) != "" || labelValueProblem(v) != "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// subset reports whether every segment of a is in b.
+func subset(a, b map[string]string) bool {
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether result admits only nodes that term admits: it
+// has every segment of term, the node key excepted.
+func within(result, term *csi.Topology, nodeKey string) bool {
+	for k, v := range term.GetSegments() {
+		if k == nodeKey {
+			continue
+		}
+		if w, ok := result.GetSegments()[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 func containsTopology(list []*csi.Topology, t *csi.Topology) bool {
@@ -208,8 +260,8 @@ func TestFuzzSeedsDecode(t *testing.T) {
 		{name: "strict mode zone not offered", file: "strict-zone-not-offered", wantErr: true},
 		{name: "node type empty list", file: "node-type-empty-list", want: topos(topo(pk("node"), "n1"))},
 		{name: "duplicates and extra", file: "duplicates-and-extra", want: topos(zoneTerm("z2"), topo(pk("zone"), "z1", "a/zone", "z2"))},
-		{name: "prefix collisions", file: "prefix-collisions", want: topos(topo("a/zone", "z2"))},
-		{name: "raw strings", file: "raw-strings", want: topos(topo("a/b", ""))},
+		{name: "prefix collisions", file: "prefix-collisions", want: topos(topo("a/zone", "z2", "b/zone", "z2"))},
+		{name: "raw strings", file: "raw-strings", want: topos(topo("a/b", "", "xy", "z1"))},
 		{name: "no requirements", file: "no-requirements", want: topos(zoneTerm("z1"), topo("topology.kubernetes.io/zone", "z3"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

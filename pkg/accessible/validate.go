@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
 // listPath is where the topology list lives in a connection file; error
@@ -62,7 +64,7 @@ func validateEntry(path string, e *Entry, opts Options) []error {
 	for _, k := range slices.Sorted(maps.Keys(e.Requirements)) {
 		v := e.Requirements[k]
 		field := fmt.Sprintf("requirements[%q]", k)
-		full := fullKey(opts.Prefix, k)
+		full := labels.FullKey(opts.Prefix, k)
 		keyOK := true
 		if p := labelKeyProblem(k); p != "" {
 			fail(field, "not a valid label key (%s)", p)

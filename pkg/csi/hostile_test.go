@@ -266,6 +266,7 @@ func TestHugeRequisite(t *testing.T) {
 		requisite []*csi.Topology
 		preferred []*csi.Topology
 		ok        bool
+		code      codes.Code // when not OK: an error other than RESOURCE_EXHAUSTED
 		msg       string
 	}{
 		{name: "5000 terms, none served", requisite: manyTerms(5000, nil), msg: "and 4995 more"},
@@ -274,9 +275,9 @@ func TestHugeRequisite(t *testing.T) {
 		{name: "one term of 5000 segments", requisite: []*csi.Topology{manySegments(5000, "z9")}, msg: "and 4993 more"},
 		{name: "one term of 5000 segments, served", requisite: []*csi.Topology{manySegments(5000, "z1")}, ok: true},
 		{name: "256 KiB segment value", requisite: []*csi.Topology{topo(zone, longValue)}, msg: "…(262144 bytes)} (requisite) is not accessible"},
-		// A key the connection's topology does not mention constrains
-		// nothing (SPEC §8), however long it is.
-		{name: "256 KiB segment key", requisite: []*csi.Topology{topo(longValue, "z9")}, ok: true},
+		// A key the connection's topology does not mention narrows the
+		// result (SPEC §8), so it must be a label key Kubernetes accepts.
+		{name: "256 KiB segment key", requisite: []*csi.Topology{topo(longValue, "z9")}, code: codes.InvalidArgument, msg: "is not a valid label key (name part must be no more than 63 bytes"},
 		{name: "256 KiB segment key and a zone not served", requisite: []*csi.Topology{topo(longValue, "z1", zone, "z9")}, msg: "(262144 bytes)=z1"},
 	}
 	for _, tt := range tests {
@@ -292,9 +293,19 @@ func TestHugeRequisite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := diff([]*csi.Topology{topo(zone, "z1")}, resp.GetVolume().GetAccessibleTopology()); d != "" {
+				// The term's other segments narrow the result (SPEC §8).
+				want := &csi.Topology{Segments: map[string]string{zone: "z1"}}
+				for _, term := range tt.requisite {
+					if term.GetSegments()[zone] == "z1" {
+						want = term
+					}
+				}
+				if d := diff([]*csi.Topology{want}, resp.GetVolume().GetAccessibleTopology()); d != "" {
 					t.Errorf("accessible_topology (-want +got):\n%s", d)
 				}
+			} else if tt.code != codes.OK {
+				wantCode(t, err, tt.code, tt.msg)
+				wantShort(t, err)
 			} else {
 				wantCode(t, err, codes.ResourceExhausted, `for connection "a" (it offers [{`+zone+`=z1}])`, tt.msg)
 				wantShort(t, err)

@@ -1,53 +1,49 @@
-// Package labels holds Kubernetes' label key and value rules, the one
-// definition both node topology (segments become node labels) and
-// accessibility (accessible_topology becomes PV node affinity) check
-// against. They are written out rather than imported from
-// k8s.io/apimachinery, which would pull a large dependency tree into the
-// proxy for a few checks. Callers word their own messages.
+// Package labels checks Kubernetes label keys and values, and joins a
+// topology prefix with a short key. Topology segments become node labels
+// (kubelet registers them) and accessible_topology becomes PV node
+// affinity, which the API server validates, so both are checked here with
+// Kubernetes' own rules (k8s.io/apimachinery/pkg/api/validate/content)
+// and reported in Kubernetes' own words; callers add what is wrong where.
 package labels
 
-import "strings"
+import (
+	"errors"
+	"strings"
 
-// Length limits of a label's parts.
-const (
-	MaxName   = 63  // the name part of a key
-	MaxPrefix = 253 // the DNS-subdomain prefix of a key
-	MaxValue  = 63  // a value
+	"k8s.io/apimachinery/pkg/api/validate/content"
 )
 
-// IsName reports whether s is non-empty, consists of [A-Za-z0-9_.-], and
-// begins and ends with an alphanumeric: a key's name part, or a non-empty
-// value (length not checked).
-func IsName(s string) bool {
-	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
-		return false
+// KeyError says why key is not a valid label key: an optional DNS-subdomain
+// prefix and '/', then a name. nil means it is valid.
+func KeyError(key string) error { return joined(content.IsLabelKey(key)) }
+
+// ValueError says why value is not a valid label value (the empty value is
+// valid, as in Kubernetes). nil means it is valid.
+func ValueError(value string) error { return joined(content.IsLabelValue(value)) }
+
+// PrefixError says why prefix cannot be a label key prefix (a lowercase
+// DNS subdomain). nil means it can.
+func PrefixError(prefix string) error {
+	if prefix == "" {
+		return errors.New(content.EmptyError())
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isAlnum(c) && c != '-' && c != '_' && c != '.' {
-			return false
-		}
-	}
-	return true
+	return joined(content.IsDNS1123Subdomain(prefix))
 }
 
-// IsDNSSubdomain reports whether s is a lowercase RFC 1123 subdomain:
-// '.'-separated parts of [a-z0-9-], each beginning and ending with [a-z0-9]
-// (length not checked).
-func IsDNSSubdomain(s string) bool {
-	for part := range strings.SplitSeq(s, ".") {
-		if part == "" || !isLowerAlnum(part[0]) || !isLowerAlnum(part[len(part)-1]) {
-			return false
-		}
-		for i := 0; i < len(part); i++ {
-			if c := part[i]; !isLowerAlnum(c) && c != '-' {
-				return false
-			}
-		}
+// FullKey is the one rule for topology keys: a key containing '/' is a
+// full label key and used verbatim (so topology.kubernetes.io/zone can be
+// reported as is); a short key gets "<prefix>/". An empty prefix leaves
+// short keys as they are.
+func FullKey(prefix, key string) string {
+	if prefix == "" || strings.Contains(key, "/") {
+		return key
 	}
-	return true
+	return prefix + "/" + key
 }
 
-func isLowerAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
-
-func isAlnum(c byte) bool { return isLowerAlnum(c) || 'A' <= c && c <= 'Z' }
+func joined(msgs []string) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}

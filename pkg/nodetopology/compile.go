@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/dlclark/regexp2"
 )
 
@@ -76,7 +78,7 @@ func Compile(cfg Config) (*Evaluator, error) {
 		e.prefix = DefaultPrefix
 	}
 	prefixOK := true
-	if err := validateDNSSubdomain(e.prefix); err != nil {
+	if err := labels.PrefixError(e.prefix); err != nil {
 		prefixOK = false
 		fail(configPath+".prefix", "%q is not a valid label key prefix: %v", cfg.Prefix, err)
 	}
@@ -115,7 +117,7 @@ func compileRule(path string, r Rule, prefix string, prefixOK bool) (compiledRul
 	if r.Template == "" {
 		r.Template = DefaultTemplate
 	}
-	cr := compiledRule{rule: r, key: FullKey(prefix, r.TopologyKey)}
+	cr := compiledRule{rule: r, key: labels.FullKey(prefix, r.TopologyKey)}
 
 	switch {
 	case r.TopologyKey == "":
@@ -123,7 +125,7 @@ func compileRule(path string, r Rule, prefix string, prefixOK bool) (compiledRul
 	case !strings.Contains(r.TopologyKey, "/") && !prefixOK:
 		// The prefix error already explains this key.
 	default:
-		if err := validateLabelKey(cr.key); err != nil {
+		if err := labels.KeyError(cr.key); err != nil {
 			if cr.key == r.TopologyKey {
 				fail("topologyKey", "%q is not a valid label key (%v)", r.TopologyKey, err)
 			} else {
@@ -163,7 +165,7 @@ func compileRule(path string, r Rule, prefix string, prefixOK bool) (compiledRul
 	case r.Source == SourceFile && r.File != "" && !filepath.IsAbs(r.File):
 		fail("file", "%q is not an absolute path", r.File)
 	case r.Source == SourceNodeLabel && r.Label != "":
-		if err := validateLabelKey(r.Label); err != nil {
+		if err := labels.KeyError(r.Label); err != nil {
 			fail("label", "%q is not a valid label key (%v)", r.Label, err)
 		}
 	}
@@ -197,19 +199,6 @@ func compileRegex(expr string) (*regexp2.Regexp, error) {
 	}
 	re.MatchTimeout = MatchTimeout
 	return re, nil
-}
-
-// FullKey returns key verbatim if it contains '/', else prefix + "/" + key.
-// An empty prefix means DefaultPrefix, as in Config, so that callers holding
-// a raw Config.Prefix cannot build a key like "/zone".
-func FullKey(prefix, key string) string {
-	if strings.Contains(key, "/") {
-		return key
-	}
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return prefix + "/" + key
 }
 
 // Prefix returns the key prefix in effect (DefaultPrefix if none was set).
@@ -254,4 +243,12 @@ func (e *Evaluator) refs(source string, field func(Rule) string) []string {
 		}
 	}
 	return out
+}
+
+// Accessibility returns the options accessibility matching needs from this
+// node topology config: its key prefix and type. It is the one place they
+// are built, so the node plugin and the controller match with what nodes
+// report.
+func (e *Evaluator) Accessibility() accessible.Options {
+	return accessible.Options{Prefix: e.prefix, Type: e.typ}
 }

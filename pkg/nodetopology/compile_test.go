@@ -51,19 +51,19 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name: "invalid prefix",
 			cfg:  Config{Prefix: "Bad_Prefix"},
-			want: []string{`proxy.nodeTopology.prefix: "Bad_Prefix" is not a valid label key prefix: must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character`},
+			want: []string{`proxy.nodeTopology.prefix: "Bad_Prefix" is not a valid label key prefix: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
 		},
 		{
 			name: "prefix with slash",
 			cfg:  Config{Prefix: "a/b"},
-			want: []string{`proxy.nodeTopology.prefix: "a/b" is not a valid label key prefix: must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character`},
+			want: []string{`proxy.nodeTopology.prefix: "a/b" is not a valid label key prefix: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
 		},
 		{
 			name: "invalid prefix is not repeated for short keys",
 			cfg:  Config{Prefix: "-x", FromRegexp: []Rule{nodeName("zone"), nodeName("a/b/c")}},
 			want: []string{
-				`proxy.nodeTopology.prefix: "-x" is not a valid label key prefix: must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character`,
-				`proxy.nodeTopology.fromRegexp[1].topologyKey: "a/b/c" is not a valid label key (must contain at most one '/')`,
+				`proxy.nodeTopology.prefix: "-x" is not a valid label key prefix: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+				`proxy.nodeTopology.fromRegexp[1].topologyKey: "a/b/c" is not a valid label key (a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'))`,
 			},
 		},
 		{
@@ -84,17 +84,17 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name: "invalid short topologyKey",
 			cfg:  Config{FromRegexp: []Rule{nodeName("zone"), nodeName("a b")}},
-			want: []string{`proxy.nodeTopology.fromRegexp[1].topologyKey: "a b" is not a valid label key once prefixed as "org.democratic-csi.topology/a b" (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character)`},
+			want: []string{`proxy.nodeTopology.fromRegexp[1].topologyKey: "a b" is not a valid label key once prefixed as "org.democratic-csi.topology/a b" (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'))`},
 		},
 		{
 			name: "invalid verbatim topologyKey",
 			cfg:  Config{FromRegexp: []Rule{nodeName("Topology.example/zone")}},
-			want: []string{`proxy.nodeTopology.fromRegexp[0].topologyKey: "Topology.example/zone" is not a valid label key (prefix part must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character)`},
+			want: []string{`proxy.nodeTopology.fromRegexp[0].topologyKey: "Topology.example/zone" is not a valid label key (prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'))`},
 		},
 		{
 			name: "topologyKey too long after prefixing",
 			cfg:  Config{FromRegexp: []Rule{nodeName(strings.Repeat("k", 64))}},
-			want: []string{`proxy.nodeTopology.fromRegexp[0].topologyKey: "` + strings.Repeat("k", 64) + `" is not a valid label key once prefixed as "org.democratic-csi.topology/` + strings.Repeat("k", 64) + `" (name part must be no more than 63 characters (has 64))`},
+			want: []string{`proxy.nodeTopology.fromRegexp[0].topologyKey: "` + strings.Repeat("k", 64) + `" is not a valid label key once prefixed as "org.democratic-csi.topology/` + strings.Repeat("k", 64) + `" (name part must be no more than 63 bytes)`},
 		},
 		{
 			name: "missing source",
@@ -134,7 +134,7 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name: "invalid label",
 			cfg:  Config{FromRegexp: []Rule{{TopologyKey: "zone", Source: SourceNodeLabel, Label: "a b"}}},
-			want: []string{`proxy.nodeTopology.fromRegexp[0].label: "a b" is not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character)`},
+			want: []string{`proxy.nodeTopology.fromRegexp[0].label: "a b" is not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'))`},
 		},
 		{
 			name: "field of another source",
@@ -202,7 +202,7 @@ func TestCompileErrors(t *testing.T) {
 			}},
 			want: []string{
 				`proxy.nodeTopology.type: "x" is not one of cluster, node, zone, custom`,
-				`proxy.nodeTopology.prefix: "UPPER" is not a valid label key prefix: must be a lowercase DNS subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character`,
+				`proxy.nodeTopology.prefix: "UPPER" is not a valid label key prefix: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
 				`proxy.nodeTopology.fromRegexp[0].topologyKey: required`,
 				`proxy.nodeTopology.fromRegexp[0].envName: required for source env`,
 				`proxy.nodeTopology.fromRegexp[1].file: "rel" is not an absolute path`,
@@ -326,21 +326,5 @@ func TestEvaluatorAccessors(t *testing.T) {
 	}
 	if !e.NeedsLabels() || e.Prefix() != "example.com" || e.EnvNames() != nil || e.FilePaths() != nil {
 		t.Errorf("NeedsLabels=%v Prefix=%q EnvNames=%v FilePaths=%v", e.NeedsLabels(), e.Prefix(), e.EnvNames(), e.FilePaths())
-	}
-}
-
-func TestFullKey(t *testing.T) {
-	tests := []struct{ prefix, key, want string }{
-		{"example.com", "zone", "example.com/zone"},
-		{"example.com", "topology.kubernetes.io/zone", "topology.kubernetes.io/zone"},
-		{"", "zone", DefaultPrefix + "/zone"},
-		{DefaultPrefix, "cluster", DefaultPrefix + "/cluster"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.prefix+"+"+tt.key, func(t *testing.T) {
-			if got := FullKey(tt.prefix, tt.key); got != tt.want {
-				t.Errorf("FullKey(%q, %q) = %q, want %q", tt.prefix, tt.key, got, tt.want)
-			}
-		})
 	}
 }

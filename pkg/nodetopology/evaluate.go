@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -145,15 +146,15 @@ func (e *Evaluator) evaluateBase(in Inputs) *RuleResult {
 	switch e.typ {
 	case TypeCluster:
 		return &RuleResult{
-			Index: BaseIndex, Key: FullKey(e.prefix, TypeCluster), Source: "type " + TypeCluster,
+			Index: BaseIndex, Key: labels.FullKey(e.prefix, TypeCluster), Source: "type " + TypeCluster,
 			Value: "local", Status: StatusMatched,
 		}
 	case TypeNode:
 		rr := &RuleResult{
-			Index: BaseIndex, Key: FullKey(e.prefix, TypeNode), Source: "type " + TypeNode,
+			Index: BaseIndex, Key: labels.FullKey(e.prefix, TypeNode), Source: "type " + TypeNode,
 			Input: display(in.NodeName),
 		}
-		switch err := validateLabelValue(in.NodeName); {
+		switch err := labels.ValueError(in.NodeName); {
 		case in.NodeName == "":
 			rr.Status, rr.Reason = StatusError, "node name is not known"
 		case err != nil:
@@ -208,7 +209,7 @@ func (r compiledRule) evaluate(in Inputs, rr *RuleResult) {
 		rr.Status, rr.Reason = StatusSkipped, "rendered value is empty"
 		return
 	}
-	if err := validateLabelValue(value); err != nil {
+	if err := labels.ValueError(value); err != nil {
 		rr.Status, rr.Reason = StatusError, fmt.Sprintf("rendered value %s is not a valid label value: %v", quote(value), err)
 		return
 	}

@@ -184,7 +184,7 @@ func TestEvaluateTemplates(t *testing.T) {
 		{name: "literal text around", regex: `node-(\d+)`, template: "zone-{match:1}.a", input: "node-7", want: "zone-7.a", status: StatusMatched},
 		{name: "groups reordered and repeated", regex: `(\w+)-(\w+)`, template: "{match:2}_{match:1}_${match:2}", input: "eu-west", want: "west_eu_west", status: StatusMatched},
 		{name: "literal only", regex: `gpu-.*`, template: "gpu", input: "gpu-node-3", want: "gpu", status: StatusMatched},
-		{name: "literal braces and dollar", regex: `(.*)`, template: "{x}$", input: "a", status: StatusError, reason: `rendered value "{x}$" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`},
+		{name: "literal braces and dollar", regex: `(.*)`, template: "{x}$", input: "a", status: StatusError, reason: `rendered value "{x}$" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
 		{name: "non-participating group renders empty", regex: `(a)|(b)`, template: "x{match:1}{match:2}", input: "b", want: "xb", status: StatusMatched},
 		{name: "only non-participating groups", regex: `(a)?b`, template: "{match:1}", input: "b", status: StatusSkipped, reason: "rendered value is empty"},
 		// regexp2 numbers named groups after unnamed ones (.NET rules, even
@@ -223,10 +223,10 @@ func TestEvaluateInvalidValue(t *testing.T) {
 	tests := []struct {
 		name, input, reason string
 	}{
-		{"space", "a b", `rendered value "a b" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`},
-		{"too long", long, `rendered value "` + long + `" is not a valid label value: must be no more than 63 characters (has 64)`},
-		{"trailing dash", "a-", `rendered value "a-" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`},
-		{"slash", "eu/1", `rendered value "eu/1" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`},
+		{"space", "a b", `rendered value "a b" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
+		{"too long", long, `rendered value "` + long + `" is not a valid label value: must be no more than 63 bytes`},
+		{"trailing dash", "a-", `rendered value "a-" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
+		{"slash", "eu/1", `rendered value "eu/1" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,7 +286,7 @@ func TestEvaluateFallbackAndShadowing(t *testing.T) {
 			in:       Inputs{NodeName: "eu-7", Env: map[string]string{"ZONE": "bad value"}},
 			segments: map[string]string{pZone: "eu"},
 			rules: []RuleResult{
-				{Index: 0, Key: pZone, Source: "env ZONE", Input: "bad value", Status: StatusError, Reason: `rendered value "bad value" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`},
+				{Index: 0, Key: pZone, Source: "env ZONE", Input: "bad value", Status: StatusError, Reason: `rendered value "bad value" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
 				{Index: 1, Key: pZone, Source: "nodeName", Input: "eu-7", Value: "eu", Status: StatusMatched},
 			},
 		},
@@ -417,7 +417,7 @@ func TestEvaluateBase(t *testing.T) {
 				Segments: map[string]string{},
 				Base: &RuleResult{
 					Index: BaseIndex, Key: DefaultPrefix + "/node", Source: "type node", Input: strings.Repeat("n", 64), Status: StatusError,
-					Reason: `node name "` + strings.Repeat("n", 64) + `" is not a valid label value: must be no more than 63 characters (has 64)`,
+					Reason: `node name "` + strings.Repeat("n", 64) + `" is not a valid label value: must be no more than 63 bytes`,
 				},
 				Rules: []RuleResult{},
 			},

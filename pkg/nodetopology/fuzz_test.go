@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -42,10 +43,10 @@ func checkResult(t *testing.T, res Result, nRules int) {
 		t.Fatal("Segments is nil")
 	}
 	for k, v := range res.Segments {
-		if err := validateLabelKey(k); err != nil {
+		if err := labels.KeyError(k); err != nil {
 			t.Fatalf("segment key %q is invalid: %v", k, err)
 		}
-		if err := validateLabelValue(v); err != nil || v == "" {
+		if err := labels.ValueError(v); err != nil || v == "" {
 			t.Fatalf("segment %q has invalid value %q: %v", k, v, err)
 		}
 	}

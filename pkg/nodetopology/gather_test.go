@@ -102,7 +102,7 @@ func TestGatherEnvAndFiles(t *testing.T) {
 		"b": "skipped: rendered value is empty",
 		"c": "skipped: env NT_UNSET is not set",
 		"d": "matched: ",
-		"e": "error: rendered value \"" + strings.Repeat("a", maxDisplay) + "…\" is not a valid label value: must be no more than 63 characters (has 65536)",
+		"e": "error: rendered value \"" + strings.Repeat("a", maxDisplay) + "…\" is not a valid label value: must be no more than 63 bytes",
 		"f": "error: cannot read file " + big + ": file is larger than the 64 KiB limit",
 		"g": "skipped: file " + missing + " does not exist",
 		"h": "error: cannot read file " + dir + ": is a directory",

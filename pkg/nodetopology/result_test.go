@@ -43,13 +43,13 @@ func TestResultErr(t *testing.T) {
 				"rule 1 (org.democratic-csi.topology/zone from file /etc/zone): skipped: file /etc/zone does not exist; " +
 				`rule 2 (org.democratic-csi.topology/zone from nodeName): skipped: regex did not match "worker"; ` +
 				"rule 3 (topology.kubernetes.io/region from nodeLabel region): skipped: no label source configured; " +
-				`rule 4 (org.democratic-csi.topology/rack from hostname): error: rendered value "rack h1" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+				`rule 4 (org.democratic-csi.topology/rack from hostname): error: rendered value "rack h1" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
 		},
 		{
 			name: "node whose name is not a label value",
 			cfg:  Config{Type: TypeNode, FromRegexp: []Rule{{TopologyKey: "zone", Source: SourceEnv, EnvName: "ZONE"}}},
 			in:   Inputs{NodeName: "Node_"},
-			want: `node reports no topology segment; base segment (org.democratic-csi.topology/node from type node): error: node name "Node_" is not a valid label value: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character; ` +
+			want: `node reports no topology segment; base segment (org.democratic-csi.topology/node from type node): error: node name "Node_" is not a valid label value: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?'); ` +
 				"rule 0 (org.democratic-csi.topology/zone from env ZONE): skipped: env ZONE is not set",
 		},
 		{

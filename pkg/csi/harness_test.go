@@ -2,6 +2,7 @@ package csi_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -70,7 +72,7 @@ func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
 func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := jsonLogger(t, logs, "debug")
 	folder := t.TempDir()
 
 	pool := upstream.NewPool(log)
@@ -244,6 +246,16 @@ func serveGRPC(tb testing.TB, path string, srv *grpc.Server, dial ...grpc.DialOp
 	}
 	tb.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// jsonLogger is the production JSON logger (pkg/logging) writing to w.
+func jsonLogger(t *testing.T, w io.Writer, level string) *slog.Logger {
+	t.Helper()
+	log, err := logging.New(w, "json", level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
 }
 
 // serviceFunc registers services with a function, for test servers.

@@ -85,20 +85,44 @@ func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	})
 }
 
-// quiet methods are polled by sidecars; logging them at info would drown
-// the log.
-var quiet = map[string]bool{
-	"Probe": true, "NodeGetCapabilities": true, "GetPluginInfo": true,
-	"GetPluginCapabilities": true, "ControllerGetCapabilities": true,
+// polled are the methods the CO and its sidecars call on a timer rather
+// than because someone asked for a volume. A successful one is logged at
+// debug, or the log would be mostly these; a failed one is logged like any
+// other call, since it is news.
+//
+//   - Probe: livenessprobe on every kubelet liveness probe of the pod.
+//   - NodeGetCapabilities, NodeGetVolumeStats: kubelet, for every mounted
+//     volume on every volume-stats period (a minute by default).
+//   - GetCapacity: external-provisioner's capacity tracking, for every
+//     storage class and topology segment on every poll interval.
+//   - ControllerGetCapabilities: every controller sidecar, at start and
+//     before its periodic work.
+//
+// GetPluginInfo, GetPluginCapabilities and NodeGetInfo are called once per
+// sidecar start (node-driver-registrar, livenessprobe, the controller
+// sidecars) and stay at info: they show who connected.
+var polled = map[string]bool{
+	"Probe":                     true,
+	"NodeGetCapabilities":       true,
+	"NodeGetVolumeStats":        true,
+	"GetCapacity":               true,
+	"ControllerGetCapabilities": true,
+}
+
+// logLevel is the level of the line logged for a finished call.
+func logLevel(method string, err error) slog.Level {
+	switch {
+	case status.Code(err) == codes.Internal:
+		return slog.LevelError
+	case err == nil && polled[method]:
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }
 
 func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-		level := slog.LevelInfo
-		if quiet[method] {
-			level = slog.LevelDebug
-		}
 		debug := log.Enabled(ctx, slog.LevelDebug)
 		if debug {
 			log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
@@ -119,7 +143,8 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 				o.ObserveRPC(method, name, status.Code(err), elapsed)
 			}
 		}
-		if !log.Enabled(ctx, level) && err == nil {
+		level := logLevel(method, err)
+		if !log.Enabled(ctx, level) {
 			return resp, err
 		}
 		attrs := []slog.Attr{
@@ -133,9 +158,6 @@ func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServer
 		}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
-			if level < slog.LevelWarn && status.Code(err) == codes.Internal {
-				level = slog.LevelError
-			}
 		} else if debug {
 			attrs = append(attrs, slog.Any("response", logging.Sanitized{Msg: resp}))
 		}

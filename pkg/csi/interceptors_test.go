@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -69,7 +68,7 @@ func (panicky) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapa
 
 func TestPanicBecomesInternal(t *testing.T) {
 	logs := &lockedBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := jsonLogger(t, logs, "info")
 	path := filepath.Join(shortTempDir(t), "p.sock")
 	cc := serveGRPC(t, path, pcsi.NewServer(serviceFunc(func(srv *grpc.Server) {
 		csi.RegisterControllerServer(srv, panicky{})
@@ -189,7 +188,7 @@ func TestLogsAtInfo(t *testing.T) {
 	// info-level chain.
 	p := startProxy(t)
 	logs := &lockedBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := jsonLogger(t, logs, "info")
 	srvPath := filepath.Join(shortTempDir(t), "i.sock")
 	cc := serveGRPC(t, srvPath, pcsi.NewServer(p.Driver, log))
 	client := csi.NewControllerClient(cc)
@@ -202,5 +201,68 @@ func TestLogsAtInfo(t *testing.T) {
 	}
 	if len(findLog(lines, "msg", "request")) != 0 {
 		t.Errorf("requests logged at info level:\n%s", logs.String())
+	}
+}
+
+// TestLogLevels: at info level the calls sidecars and kubelet make on a
+// timer are not logged when they succeed, and are when they fail; calls
+// made once per sidecar start are. Durations are seconds in JSON.
+func TestLogLevels(t *testing.T) {
+	f := newFakeUpstream(t)
+	p := startProxy(t)
+	p.add(t, "a", conn{Endpoint: f.Endpoint})
+	logs := &lockedBuffer{}
+	cc := serveGRPC(t, filepath.Join(shortTempDir(t), "l.sock"), pcsi.NewServer(p.Driver, jsonLogger(t, logs, "info")))
+	id, ctrl, node := csi.NewIdentityClient(cc), csi.NewControllerClient(cc), csi.NewNodeClient(cc)
+	ctx := callCtx(t)
+	a := map[string]string{"connection": "a"}
+
+	calls := []struct {
+		method string
+		call   func() error
+		logged bool
+	}{
+		{"Probe", func() error { _, err := id.Probe(ctx, &csi.ProbeRequest{}); return err }, false},
+		{"ControllerGetCapabilities", func() error {
+			_, err := ctrl.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+			return err
+		}, false},
+		{"NodeGetCapabilities", func() error { _, err := node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); return err }, false},
+		{"GetCapacity", func() error { _, err := ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: a}); return err }, false},
+		{"NodeGetVolumeStats", func() error {
+			_, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "v:a/vol-1", VolumePath: "/mnt/v"})
+			return err
+		}, false},
+		{"GetPluginInfo", func() error { _, err := id.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}); return err }, true},
+		{"GetPluginCapabilities", func() error {
+			_, err := id.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+			return err
+		}, true},
+		{"NodeGetInfo", func() error { _, err := node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); return err }, true},
+		{"CreateVolume", func() error { _, err := ctrl.CreateVolume(ctx, createReq("pvc-1", a)); return err }, true},
+	}
+	for _, c := range calls {
+		if err := c.call(); err != nil {
+			t.Fatalf("%s: %v", c.method, err)
+		}
+	}
+	// A failed poll is news.
+	_, err := ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{"connection": "gone"}})
+	wantCode(t, err, codes.FailedPrecondition)
+
+	lines := logLines(t, logs.String())
+	for _, c := range calls {
+		got := findLog(lines, "msg", "rpc", "method", c.method, "code", "OK")
+		if c.logged != (len(got) == 1) {
+			t.Errorf("%s: %d rpc lines at info, want logged=%t", c.method, len(got), c.logged)
+		}
+		for _, l := range got {
+			if _, ok := l["duration"].(float64); !ok {
+				t.Errorf("%s: duration %#v, want seconds as a number", c.method, l["duration"])
+			}
+		}
+	}
+	if got := findLog(lines, "msg", "rpc", "method", "GetCapacity", "code", "FailedPrecondition", "level", "INFO"); len(got) != 1 {
+		t.Errorf("failed GetCapacity: %d lines at info, want 1:\n%s", len(got), logs.String())
 	}
 }

@@ -1,5 +1,16 @@
-// Package logging builds the process logger (tint for terminals, JSON for
-// clusters) and renders CSI messages with their secrets stripped.
+// Package logging builds the process logger and renders CSI messages for
+// it.
+//
+// New makes the one *slog.Logger of a process from --log-format and
+// --log-level: "text" is tint's handler for people (colour only on a
+// terminal), "json" is slog's JSON handler for log collectors. Both print
+// every time.Duration attribute in a unit a reader takes in at a glance:
+// text as a rounded Go duration (duration=6.33ms), JSON as seconds in a
+// float ("duration":0.00633), the unit Prometheus uses too.
+//
+// Sanitized wraps a CSI request or response so that a log line never shows
+// its secrets (csi-lib-utils' protosanitizer) and costs nothing unless the
+// line is printed.
 package logging
 
 import (
@@ -8,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"github.com/lmittmann/tint"
@@ -23,16 +35,46 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	switch strings.ToLower(format) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationSeconds})), nil
 	case "text", "":
 		noColor := true
 		if f, ok := w.(*os.File); ok {
 			noColor = !isatty.IsTerminal(f.Fd())
 		}
-		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000"})), nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{
+			Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000", ReplaceAttr: durationRounded,
+		})), nil
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
+}
+
+// durationSeconds prints durations as float seconds; slog's JSON handler
+// would print integer nanoseconds.
+func durationSeconds(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.Float64Value(a.Value.Duration().Seconds())
+	}
+	return a
+}
+
+// durationRounded keeps durations as durations (printed as 6.33ms, 1.2s),
+// rounded to three significant digits: 6.334378ms says no more than 6.33ms
+// does, and is harder to read.
+func durationRounded(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.DurationValue(Round(a.Value.Duration()))
+	}
+	return a
+}
+
+// Round rounds d to three significant digits.
+func Round(d time.Duration) time.Duration {
+	unit := time.Duration(1)
+	for d/unit >= 1000 || -d/unit >= 1000 {
+		unit *= 10
+	}
+	return d.Round(unit)
 }
 
 // Sanitized wraps a CSI message so that logging it prints the message with

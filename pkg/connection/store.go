@@ -240,10 +240,17 @@ func (s *Store) sweep(at int64) {
 	}
 	s.lastSweep.Store(at)
 	for name, e := range s.entries {
-		if time.Duration(at-e.lastUsed.Load()) > ttl {
+		if s.expired(e, at) {
 			delete(s.entries, name)
 		}
 	}
+}
+
+// expired reports whether e has gone unused for longer than the cache
+// timeout at at (since epoch).
+func (s *Store) expired(e *entry, at int64) bool {
+	ttl := s.opts.CacheTimeout
+	return ttl > 0 && time.Duration(at-e.lastUsed.Load()) > ttl
 }
 
 func (s *Store) sweepDue(at int64) bool {
@@ -251,11 +258,21 @@ func (s *Store) sweepDue(at int64) bool {
 	return last == neverSwept || time.Duration(at-last) >= s.opts.CacheTimeout/10
 }
 
-// Cached reports how many connections are held in the cache.
+// Cached reports how many connections are in the cache now: entries unused
+// for longer than the cache timeout are not counted, even before a Get
+// sweeps them out, so the proxy_topology_connections_cached gauge falls as
+// soon as they expire rather than at the next call.
 func (s *Store) Cached() int {
+	at := int64(s.opts.Now().Sub(s.epoch))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.entries)
+	n := 0
+	for _, e := range s.entries {
+		if !s.expired(e, at) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Store) load(name, file string, data []byte) (*Connection, error) {

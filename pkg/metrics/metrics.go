@@ -1,5 +1,21 @@
 // Package metrics exposes the proxy's Prometheus metrics, and its /healthz
-// and /readyz endpoints, on one HTTP address.
+// and /readyz endpoints, on one HTTP address (--metrics-address).
+//
+// New makes a private registry; serve hands the pieces to the parts they
+// watch: Metrics is the csi.Observer of the gRPC server (one count and one
+// latency per served call), UpstreamObserver watches the upstream pool,
+// ConnectionLoaded is the connection store's OnLoad hook, and WatchCache
+// and WatchReady read the store and the readiness state at scrape time.
+// Handler (http.go) serves the registry and the two probes.
+//
+// Every label set is bounded by what the admin configures, never by what a
+// caller sends: method is one of the CSI methods the server registers
+// (gRPC answers unknown methods before any interceptor runs); code is a
+// gRPC code; connection is a name that has had a connection file in this
+// process's life, and "(unknown)" for every other name a call carries, so a
+// typo in a StorageClass or a forged volume ID cannot add series; endpoint
+// comes from a connection file; rule and key come from the main config.
+// Nothing is labelled by volume ID, snapshot ID or request name.
 package metrics
 
 import (
@@ -170,7 +186,7 @@ func (m *Metrics) ConnectionLoaded(name string, reload bool, err error) {
 func (m *Metrics) WatchCache(cached func() int) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "connections_cached",
-		Help: "Connections held in the cache (connection.Store.Cached).",
+		Help: "Connections in the cache: loaded, and used within the cache timeout.",
 	}, func() float64 { return float64(cached()) }))
 }
 

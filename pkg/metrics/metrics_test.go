@@ -25,6 +25,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/metrics"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -45,20 +46,29 @@ type proxy struct {
 
 type syncBuffer = syncbuf.Buffer
 
-func startProxy(t *testing.T, cacheTimeout time.Duration) *proxy {
+// startProxy serves a proxy whose store caches connections for
+// cacheTimeout; storeOpts edit the store's options before it is made.
+func startProxy(t *testing.T, cacheTimeout time.Duration, storeOpts ...func(*connection.Options)) *proxy {
 	t.Helper()
-	log := slog.New(slog.NewJSONHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, err := logging.New(&syncBuffer{}, "json", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := metrics.New()
 	folder := t.TempDir()
 
 	pool := upstream.NewPool(log)
 	t.Cleanup(pool.Close)
 	pool.SetObserver(m.UpstreamObserver(pcsi.ConnectionFromContext))
-	store := connection.NewStore(connection.Options{
+	so := connection.Options{
 		Folder: folder, CacheTimeout: cacheTimeout, Topology: topology,
 		NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test",
 		Pool: pool, Log: log, OnLoad: m.ConnectionLoaded,
-	})
+	}
+	for _, o := range storeOpts {
+		o(&so)
+	}
+	store := connection.NewStore(so)
 	m.WatchCache(store.Cached)
 	d, err := pcsi.New(pcsi.Options{
 		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
@@ -208,7 +218,7 @@ proxy_topology_connection_loads_total{connection="local"} 2
 # HELP proxy_topology_connection_reloads_total Loads that replaced a cached connection because its file changed.
 # TYPE proxy_topology_connection_reloads_total counter
 proxy_topology_connection_reloads_total{connection="local"} 1
-# HELP proxy_topology_connections_cached Connections held in the cache (connection.Store.Cached).
+# HELP proxy_topology_connections_cached Connections in the cache: loaded, and used within the cache timeout.
 # TYPE proxy_topology_connections_cached gauge
 proxy_topology_connections_cached 2
 # HELP proxy_topology_ready 1 when the config is loaded and the CSI socket is serving (what /readyz and Probe report).
@@ -252,7 +262,7 @@ func TestConnectionLabelBoundedWithoutCache(t *testing.T) {
 # HELP proxy_topology_connection_loads_total Connection files read and parsed, successful or not, first loads and reloads.
 # TYPE proxy_topology_connection_loads_total counter
 proxy_topology_connection_loads_total{connection="local"} 3
-# HELP proxy_topology_connections_cached Connections held in the cache (connection.Store.Cached).
+# HELP proxy_topology_connections_cached Connections in the cache: loaded, and used within the cache timeout.
 # TYPE proxy_topology_connections_cached gauge
 proxy_topology_connections_cached 0
 # HELP proxy_topology_csi_requests_total CSI calls served, by method, connection ("" when the call names none) and gRPC code.
@@ -263,6 +273,38 @@ proxy_topology_csi_requests_total{code="OK",connection="local",method="CreateVol
 	if err != nil {
 		t.Error(err)
 	}
+}
+
+// TestConnectionsCachedFallsWhenEntriesExpire: the gauge counts what the
+// cache still holds when it is scraped, not what it held at the last call:
+// connections unused past the cache timeout drop out of it without any
+// call in between.
+func TestConnectionsCachedFallsWhenEntriesExpire(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p := startProxy(t, 10*time.Minute, func(o *connection.Options) { o.Now = clock })
+	p.write(t, "local", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+t.TempDir()+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: mountCap()})
+	wantCode(t, "CreateVolume", err, codes.OK)
+
+	cached := func(want string) {
+		t.Helper()
+		err := testutil.GatherAndCompare(p.m.Registry(), strings.NewReader(`
+# HELP proxy_topology_connections_cached Connections in the cache: loaded, and used within the cache timeout.
+# TYPE proxy_topology_connections_cached gauge
+proxy_topology_connections_cached `+want+"\n"), "proxy_topology_connections_cached")
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	cached("1")
+	mu.Lock()
+	now = now.Add(11 * time.Minute)
+	mu.Unlock()
+	cached("0")
 }
 
 func TestNodeTopologyRules(t *testing.T) {

@@ -8,56 +8,33 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
-// Backoff bounds the retries of a start-up read. The zero value of each
-// field means its DefaultBackoff value.
-type Backoff struct {
-	// Attempts is how many times to try in all.
-	Attempts int
-	// Initial is the wait after the first failure; it doubles after each
-	// further failure up to Max.
-	Initial, Max time.Duration
-	// Total bounds the whole read, waits and attempts together.
-	Total time.Duration
-}
-
-// DefaultBackoff tries 5 times, waiting 1s, 2s, 4s, 8s between tries (16s
-// would be the next), and gives up after a minute whatever happens: long
-// enough for RBAC applied in the same `kubectl apply` to take effect, short
+// DefaultBackoff paces the retries of the start-up read of node labels:
+// 5 attempts, waiting 1s, 2s, 4s and 8s between them (apimachinery's
+// wait.Backoff: Steps attempts, the first wait Duration, each next one
+// Factor times longer). Together with DefaultTimeout it is long enough for
+// RBAC applied in the same `kubectl apply` to take effect, and short
 // enough that a real misconfiguration shows up as a restarting pod.
-var DefaultBackoff = Backoff{Attempts: 5, Initial: time.Second, Max: 16 * time.Second, Total: time.Minute}
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 5}
 
-func (b Backoff) withDefaults() Backoff {
-	if b.Attempts <= 0 {
-		b.Attempts = DefaultBackoff.Attempts
-	}
-	if b.Initial <= 0 {
-		b.Initial = DefaultBackoff.Initial
-	}
-	if b.Max <= 0 {
-		b.Max = DefaultBackoff.Max
-	}
-	if b.Total <= 0 {
-		b.Total = DefaultBackoff.Total
-	}
-	return b
-}
+// DefaultTimeout bounds the whole read, attempts and waits together.
+const DefaultTimeout = time.Minute
 
 // NodeLabelSource reads the labels of a Node object; it is the nodeLabel
 // source of node topology rules.
 type NodeLabelSource struct {
 	// Nodes is the API client (a *Client; a fake in tests).
 	Nodes NodeGetter
-	// Backoff bounds the retries; zero fields mean DefaultBackoff.
-	Backoff Backoff
+	// Backoff paces the retries; Steps 0 means DefaultBackoff.
+	Backoff wait.Backoff
+	// Timeout bounds the whole read; 0 means DefaultTimeout.
+	Timeout time.Duration
 	// Log gets one line per failed attempt; nil means slog.Default().
 	Log *slog.Logger
-
-	// sleep waits d or until ctx ends; nil means a timer. Tests replace it.
-	sleep func(ctx context.Context, d time.Duration) error
 }
 
 var _ nodetopology.LabelSource = (*NodeLabelSource)(nil)
@@ -66,46 +43,51 @@ var _ nodetopology.LabelSource = (*NodeLabelSource)(nil)
 var ErrNodeLabels = errors.New("cannot read node labels")
 
 // NodeLabels GETs the Node called nodeName and returns its labels. Any
-// failure is retried with exponential backoff within s.Backoff; the error
+// failure is retried as s.Backoff says, within s.Timeout
+// (k8s.io/apimachinery's wait.ExponentialBackoffWithContext); the error
 // after the last attempt says what to fix (RBAC, the node name, the
 // credentials or the network).
 func (s *NodeLabelSource) NodeLabels(ctx context.Context, nodeName string) (map[string]string, error) {
-	b := s.Backoff.withDefaults()
+	b := s.Backoff
+	if b.Steps <= 0 {
+		b = DefaultBackoff
+	}
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
 	log := s.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	sleep := s.sleep
-	if sleep == nil {
-		sleep = sleepCtx
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.Total)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	start := time.Now()
-	wait := b.Initial
-	var err error
+	var labels map[string]string
+	var lastErr error
 	attempt := 0
-	for attempt < b.Attempts {
+	err := wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
 		attempt++
-		var labels map[string]string
-		labels, err = s.get(ctx, nodeName)
-		if err == nil {
+		labels, lastErr = s.get(ctx, nodeName)
+		switch {
+		case lastErr == nil:
 			if attempt > 1 {
 				log.Info("read node labels", "node", nodeName, "attempts", attempt)
 			}
-			return labels, nil
+			return true, nil
+		case attempt < b.Steps:
+			log.Warn("cannot read node labels; retrying", "node", nodeName, "attempt", attempt, "of", b.Steps, "error", explain(lastErr, nodeName))
 		}
-		if attempt == b.Attempts {
-			break
-		}
-		log.Warn("cannot read node labels; retrying", "node", nodeName, "attempt", attempt, "of", b.Attempts, "retry_in", wait, "error", explain(err, nodeName))
-		if sleep(ctx, wait) != nil {
-			break
-		}
-		wait = min(2*wait, b.Max)
+		return false, nil
+	})
+	if err == nil {
+		return labels, nil
 	}
-	return nil, fmt.Errorf("%w of Node %q (%d attempts in %s): %w", ErrNodeLabels, nodeName, attempt, time.Since(start).Round(time.Millisecond), explainErr(err, nodeName))
+	if lastErr == nil {
+		lastErr = err // ctx ended before the first attempt
+	}
+	return nil, fmt.Errorf("%w of Node %q (%d attempts in %s): %w", ErrNodeLabels, nodeName, attempt, time.Since(start).Round(time.Millisecond), explainErr(lastErr, nodeName))
 }
 
 func (s *NodeLabelSource) get(ctx context.Context, nodeName string) (map[string]string, error) {
@@ -134,15 +116,4 @@ func explainErr(err error, nodeName string) error {
 		return fmt.Errorf("the API server rejected the credentials (expired or foreign ServiceAccount token, or a bad --kubeconfig): %w", err)
 	}
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

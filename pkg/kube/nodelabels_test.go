@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -30,19 +30,9 @@ func node(name string, labels map[string]string) *corev1.Node {
 
 var nodesResource = schema.GroupResource{Resource: "nodes"}
 
-// recorder stands in for the backoff timer: it records every wait and
-// returns at once, so retry tests take no wall time.
-type recorder struct {
-	mu    sync.Mutex
-	waits []time.Duration
-}
-
-func (r *recorder) sleep(ctx context.Context, d time.Duration) error {
-	r.mu.Lock()
-	r.waits = append(r.waits, d)
-	r.mu.Unlock()
-	return ctx.Err()
-}
+// fast keeps the default number of attempts but waits a millisecond
+// between them, so retry tests take no wall time.
+var fast = wait.Backoff{Duration: time.Millisecond, Steps: DefaultBackoff.Steps}
 
 // failing makes the first n GETs of nodes fail with err.
 func failing(client *fake.Clientset, n int, err error) *int {
@@ -60,8 +50,7 @@ func failing(client *fake.Clientset, n int, err error) *int {
 func TestNodeLabels(t *testing.T) {
 	labels := map[string]string{"topology.kubernetes.io/zone": "zone1", "kubernetes.io/hostname": "w1"}
 	client := fake.NewClientset(node("w1", labels), node("w2", nil))
-	rec := &recorder{}
-	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet}
 
 	got, err := src.NodeLabels(context.Background(), "w1")
 	if err != nil {
@@ -75,8 +64,8 @@ func TestNodeLabels(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Errorf("w2: %v, %v; want no labels, no error", got, err)
 	}
-	if len(rec.waits) != 0 {
-		t.Errorf("waited %v on success", rec.waits)
+	if n := len(client.Actions()); n != 2 {
+		t.Errorf("%d API calls for two reads, want 2", n)
 	}
 }
 
@@ -127,8 +116,7 @@ func TestNodeLabelsErrors(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(client)
 			}
-			rec := &recorder{}
-			src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
+			src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, Backoff: fast}
 			got, err := src.NodeLabels(context.Background(), "w1")
 			if err == nil {
 				t.Fatalf("got labels %v, want an error", got)
@@ -143,10 +131,6 @@ func TestNodeLabelsErrors(t *testing.T) {
 			}
 			// Every kind of failure is retried: RBAC and nodes can appear a
 			// moment after the pod starts.
-			want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
-			if diff := cmp.Diff(want, rec.waits); diff != "" {
-				t.Errorf("waits (-want +got):\n%s", diff)
-			}
 			if n := len(client.Actions()); n != 5 {
 				t.Errorf("%d API calls, want 5", n)
 			}
@@ -157,8 +141,7 @@ func TestNodeLabelsErrors(t *testing.T) {
 func TestNodeLabelsRetrySucceeds(t *testing.T) {
 	client := fake.NewClientset(node("w1", map[string]string{"zone": "z1"}))
 	calls := failing(client, 2, apierrors.NewTooManyRequests("slow down", 1))
-	rec := &recorder{}
-	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep}
+	src := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, Backoff: fast}
 	got, err := src.NodeLabels(context.Background(), "w1")
 	if err != nil {
 		t.Fatal(err)
@@ -166,24 +149,35 @@ func TestNodeLabelsRetrySucceeds(t *testing.T) {
 	if got["zone"] != "z1" || *calls != 3 {
 		t.Errorf("labels %v after %d calls; want zone=z1 after 3", got, *calls)
 	}
-	if diff := cmp.Diff([]time.Duration{time.Second, 2 * time.Second}, rec.waits); diff != "" {
+}
+
+// TestDefaultBackoff: the waits between attempts are the documented ones.
+func TestDefaultBackoff(t *testing.T) {
+	// wait.ExponentialBackoffWithContext makes Steps attempts and waits
+	// Step() between two.
+	b := DefaultBackoff
+	var got []time.Duration
+	for range b.Steps - 1 {
+		got = append(got, b.Step())
+	}
+	s := time.Second
+	if diff := cmp.Diff([]time.Duration{1 * s, 2 * s, 4 * s, 8 * s}, got); diff != "" {
 		t.Errorf("waits (-want +got):\n%s", diff)
 	}
 }
 
-func TestNodeLabelsBackoffCap(t *testing.T) {
+// TestNodeLabelsAttempts: Backoff.Steps bounds the calls.
+func TestNodeLabelsAttempts(t *testing.T) {
 	client := fake.NewClientset()
-	rec := &recorder{}
 	src := &NodeLabelSource{
-		Nodes: fakeAPI{client}, Log: quiet, sleep: rec.sleep,
-		Backoff: Backoff{Attempts: 7, Initial: 3 * time.Second, Max: 10 * time.Second},
+		Nodes: fakeAPI{client}, Log: quiet,
+		Backoff: wait.Backoff{Duration: time.Millisecond, Steps: 7},
 	}
 	if _, err := src.NodeLabels(context.Background(), "w1"); err == nil || !strings.Contains(err.Error(), "(7 attempts in ") {
 		t.Fatalf("error %v: want 7 attempts", err)
 	}
-	s := time.Second
-	if diff := cmp.Diff([]time.Duration{3 * s, 6 * s, 10 * s, 10 * s, 10 * s, 10 * s}, rec.waits); diff != "" {
-		t.Errorf("waits (-want +got):\n%s", diff)
+	if n := len(client.Actions()); n != 7 {
+		t.Errorf("%d API calls, want 7", n)
 	}
 }
 
@@ -193,7 +187,7 @@ func TestNodeLabelsTotalBound(t *testing.T) {
 	client := fake.NewClientset()
 	src := &NodeLabelSource{
 		Nodes: fakeAPI{client}, Log: quiet,
-		Backoff: Backoff{Attempts: 100, Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond, Total: 150 * time.Millisecond},
+		Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Steps: 100}, Timeout: 150 * time.Millisecond,
 	}
 	start := time.Now()
 	_, err := src.NodeLabels(context.Background(), "w1")
@@ -216,8 +210,8 @@ func TestNodeLabelsCanceled(t *testing.T) {
 	if _, err := src.NodeLabels(ctx, "w1"); err == nil {
 		t.Fatal("no error from a canceled context")
 	}
-	if n := len(client.Actions()); n > 1 {
-		t.Errorf("%d attempts after cancel, want at most 1", n)
+	if n := len(client.Actions()); n != 0 {
+		t.Errorf("%d attempts after cancel, want none", n)
 	}
 }
 
@@ -243,7 +237,7 @@ func TestGatherNodeLabels(t *testing.T) {
 		t.Errorf("segments (-want +got):\n%s", diff)
 	}
 
-	failingSrc := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, Backoff: Backoff{Attempts: 1}}
+	failingSrc := &NodeLabelSource{Nodes: fakeAPI{client}, Log: quiet, Backoff: wait.Backoff{Steps: 1}}
 	res = ev.Evaluate(nodetopology.Gather(context.Background(), ev, "w9", failingSrc))
 	if res.Err() == nil || !strings.Contains(res.Err().Error(), `no Node named "w9"`) {
 		t.Errorf("Err() = %v; want the label source's error", res.Err())

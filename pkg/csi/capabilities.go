@@ -1,6 +1,7 @@
 package csi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -74,7 +75,10 @@ func ResolveCapabilities(controller, node []string, controllerPublish bool) (Cap
 			out.Node = append(out.Node, t)
 		}
 	}
-	return out, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return Capabilities{}, err
+	}
+	return out, nil
 }
 
 func publishHint(name string, enabled bool) string {
@@ -96,4 +100,26 @@ func containsType[T comparable](list []T, t T) bool {
 // advertises reports whether the proxy advertises a controller capability.
 func (d *Driver) advertises(t csi.ControllerServiceCapability_RPC_Type) bool {
 	return containsType(d.caps.Controller, t)
+}
+
+// ControllerGetCapabilities advertises what the proxy routes.
+func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range d.caps.Controller {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
+}
+
+// NodeGetCapabilities advertises staging for every connection; for
+// upstreams that do not stage, the proxy emulates it (stage and unstage do
+// nothing, publish goes without a staging path).
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range d.caps.Node {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
 }

@@ -1,26 +1,41 @@
 // Package csi is the proxy's CSI server: the Identity, Controller and Node
 // services, each call routed to the connection it belongs to.
 //
+// Every call takes one path. gRPC decodes the request into the generated
+// type; the interceptor chain (interceptors.go) numbers it, logs it once and
+// counts it for metrics, and turns a panic into INTERNAL; the handler
+// validates the request, finds its connection, makes the outbound copy,
+// forwards it and rewrites the answer; gRPC encodes it. NewServer
+// (server.go) builds that server for production and for every test alike.
+//
 // A guide to the files:
 //
-//   - server.go builds the gRPC server (NewServer) that production and tests
-//     both use; listen.go opens the socket; interceptors.go logs every call
-//     once, counts it for metrics and turns a panic into INTERNAL.
-//   - driver.go holds Options and the Driver; routing.go resolves a
-//     request to its connection (by the connection parameter or by the
-//     connection named in a volume or snapshot ID); forward.go is the one
-//     place an upstream is called, with the connection's timeout, its
-//     capability checks and its errors mapped to statuses.
-//   - One file per CSI concern: identity.go, create.go (CreateVolume, clone
-//     and restore, rollback of what cannot be handed back), volume.go (the
-//     calls on an existing volume), snapshot.go, publish.go (controller
-//     publishing), capacity.go, health.go, list.go (ListVolumes and
-//     ListSnapshots across connections), node.go, capabilities.go (what is
-//     advertised).
+//   - server.go: NewServer; listen.go: the socket (Listen);
+//     interceptors.go: request id, logging, observers, panic recovery.
+//   - driver.go: Options and the Driver, Register (the services of a mode).
+//   - routing.go: from a request to its connection. routeVolume and
+//     routeSnapshot resolve an ID, NOT_FOUND if the proxy never made it;
+//     routeRemoval is for idempotent clean-up, where such an ID names
+//     nothing and there is nothing to do; connectionFromParameters reads
+//     the StorageClass parameter.
+//   - forward.go: the one place an upstream is called (forward), with the
+//     connection's timeout, its capability checks (controllerHas, nodeHas,
+//     answered from pkg/upstream's cache) and its errors mapped to statuses;
+//     merge and mergeParameters build what the upstream is sent.
+//   - outbound.go: outbound, the copy of a request a handler may edit; the
+//     inbound request is never changed.
+//   - One file per CSI concern: identity.go (plugin info, Probe),
+//     capabilities.go (what is advertised), create.go (CreateVolume, clone
+//     and restore, rollback of what cannot be handed back), volume.go (calls
+//     on an existing volume: delete, validate, get, expand, modify),
+//     snapshot.go, publish.go (controller publish and unpublish),
+//     capacity.go, health.go (volume health), list.go (ListVolumes and
+//     ListSnapshots across connections, list tokens), node.go (stage,
+//     publish, stats, expand on the node).
 //
 // The proxy keeps no state of its own: IDs carry their connection
-// (pkg/ids), connections come from pkg/connection, and topology decisions
-// from pkg/accessible.
+// (pkg/ids), connections come from pkg/connection, topology decisions from
+// pkg/accessible, upstream clients from pkg/upstream.
 package csi
 
 import (

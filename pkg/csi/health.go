@@ -71,6 +71,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 			for _, h := range resp.GetEntries() {
 				id, err := ids.Encode(ids.Volume, c.Name, h.GetVolumeId())
 				if err != nil {
+					d.log.WarnContext(ctx, "listing volume health: upstream volume cannot get a proxy id; left out", "connection", c.Name, "error", err)
 					continue
 				}
 				h.VolumeId = id

@@ -196,7 +196,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		}
 		entries := resp.GetEntries()[:0]
 		for _, e := range resp.GetEntries() {
-			if wrapSnapshot(ctx, d, c, e.GetSnapshot()) {
+			if d.wrapSnapshot(ctx, c, e.GetSnapshot()) {
 				entries = append(entries, e)
 			}
 		}

@@ -11,18 +11,6 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
-// NodeGetCapabilities advertises staging for every connection; for
-// upstreams that do not stage, the proxy emulates it (stage and unstage do
-// nothing, publish goes without a staging path).
-func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, t := range d.caps.Node {
-		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
-	}
-	return resp, nil
-}
-
 // NodeGetInfo reports the node's topology segments. A node with none fails
 // here, loudly, rather than registering with labels that can never change.
 func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {

@@ -86,15 +86,16 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if s := resp.GetSnapshot(); s != nil {
-		wrapSnapshot(ctx, d, c, s)
+	if s := resp.GetSnapshot(); s != nil && !d.wrapSnapshot(ctx, c, s) {
+		// Never hand the CO an upstream ID it would take for a proxy one.
+		return nil, status.Errorf(codes.Internal, "connection %q: upstream GetSnapshot answered a snapshot whose id cannot be made a proxy id", c.Name)
 	}
 	return resp, nil
 }
 
 // wrapSnapshot rewrites a snapshot's IDs to proxy IDs; false means the
 // snapshot cannot be represented and is left out (logged).
-func wrapSnapshot(ctx context.Context, d *Driver, c *connection.Connection, s *csi.Snapshot) bool {
+func (d *Driver) wrapSnapshot(ctx context.Context, c *connection.Connection, s *csi.Snapshot) bool {
 	if s == nil {
 		return false
 	}

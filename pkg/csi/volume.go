@@ -10,16 +10,6 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
-// ControllerGetCapabilities advertises what the proxy routes.
-func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, t := range d.caps.Controller {
-		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
-			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return resp, nil
-}
-
 // DeleteVolume routes by ID; an ID the proxy never made is already gone.
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())

@@ -1,6 +1,7 @@
 package csi_test
 
 import (
+	"strings"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -107,6 +108,13 @@ func TestGetSnapshot(t *testing.T) {
 	p.add(t, "c", conn{Endpoint: without.Endpoint})
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "s:c/snap-1"})
 	wantCode(t, err, codes.InvalidArgument, `connection "c"`, "GetSnapshot")
+
+	// An upstream answering a snapshot whose id cannot become a proxy id
+	// (over the CSI limit of 128 bytes once wrapped) is an error: its raw
+	// id must never reach the CO.
+	f.setResponse("GetSnapshot", &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: strings.Repeat("x", 125)}})
+	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "s:b/snap-1"})
+	wantCode(t, err, codes.Internal, `connection "b"`, "cannot be made a proxy id")
 }
 
 // TestControllerGetVolumeHealth routes by volume ID and hands back the

@@ -1,6 +1,17 @@
-// Package upstream holds the gRPC clients the proxy forwards to: one shared
-// client per external endpoint and one in-process server per built-in
-// local-hostpath base path, each with its discovered capabilities cached.
+// Package upstream holds the gRPC clients the proxy forwards to.
+//
+// A Pool (pool.go) shares them: one Client per external endpoint, however
+// many connections name it, and one in-process built-in local-hostpath
+// driver per base path, served over an in-memory listener so the proxy
+// forwards to it exactly as to an external driver. The Pool logs every
+// upstream call at debug and reports it to an Observer (the metrics).
+//
+// A Client (client.go) is the one place an upstream's capabilities are
+// discovered and cached: HasController and HasNode ask the upstream once
+// and answer from memory after that.
+//
+// WithConnection and ConnectionFrom carry the name of the connection a call
+// is made for through its context, since a Client is shared by connections.
 package upstream
 
 import (
@@ -13,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -67,26 +77,6 @@ func WithConnection(ctx context.Context, name string) context.Context {
 func ConnectionFrom(ctx context.Context) string {
 	name, _ := ctx.Value(connectionKey{}).(string)
 	return name
-}
-
-// Client is one upstream CSI driver.
-type Client struct {
-	// Target names the upstream in messages: the endpoint, or
-	// "local-hostpath:<base path>" for the built-in driver.
-	Target string
-
-	Identity   csi.IdentityClient
-	Controller csi.ControllerClient
-	Node       csi.NodeClient
-
-	conn   *grpc.ClientConn
-	server *grpc.Server // in-process built-in driver, if any
-	lis    *bufconn.Listener
-	local  *hostpath.Options // the built-in driver's settings
-
-	mu             sync.Mutex
-	controllerCaps map[csi.ControllerServiceCapability_RPC_Type]bool
-	nodeCaps       map[csi.NodeServiceCapability_RPC_Type]bool
 }
 
 // reconnectBackoff caps the wait between attempts to reach an upstream
@@ -196,61 +186,6 @@ func (p *Pool) Close() {
 		}
 		delete(p.clients, k)
 	}
-}
-
-func newClient(target string, conn *grpc.ClientConn) *Client {
-	return &Client{
-		Target:     target,
-		conn:       conn,
-		Identity:   csi.NewIdentityClient(conn),
-		Controller: csi.NewControllerClient(conn),
-		Node:       csi.NewNodeClient(conn),
-	}
-}
-
-// HasController reports whether the upstream advertises a controller
-// capability. Capabilities are discovered on first use and cached with the
-// client; a failed discovery is not cached, so a restarted upstream is
-// asked again. A cache hit makes no call, so ctx is only used on a miss.
-func (c *Client) HasController(ctx context.Context, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
-	c.mu.Lock()
-	caps := c.controllerCaps
-	c.mu.Unlock()
-	if caps == nil {
-		resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
-		if err != nil {
-			return false, err
-		}
-		caps = map[csi.ControllerServiceCapability_RPC_Type]bool{}
-		for _, x := range resp.GetCapabilities() {
-			caps[x.GetRpc().GetType()] = true
-		}
-		c.mu.Lock()
-		c.controllerCaps = caps
-		c.mu.Unlock()
-	}
-	return caps[cap], nil
-}
-
-// HasNode is HasController for node capabilities.
-func (c *Client) HasNode(ctx context.Context, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
-	c.mu.Lock()
-	caps := c.nodeCaps
-	c.mu.Unlock()
-	if caps == nil {
-		resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
-		if err != nil {
-			return false, err
-		}
-		caps = map[csi.NodeServiceCapability_RPC_Type]bool{}
-		for _, x := range resp.GetCapabilities() {
-			caps[x.GetRpc().GetType()] = true
-		}
-		c.mu.Lock()
-		c.nodeCaps = caps
-		c.mu.Unlock()
-	}
-	return caps[cap], nil
 }
 
 // logCall logs each upstream call at debug level and reports it to the

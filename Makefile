@@ -23,7 +23,9 @@ run: build
 	@mkdir -p $(RUN_DIR)
 	$(BIN) serve --csi-endpoint unix://$(RUN_DIR)/csi/csi.sock --default-dir $(RUN_DIR)/default --node-id "$${NODE_NAME:-$$(hostname)}"
 
-## test: lint, unit tests, csi-sanity, e2e and e2e-kube, all under the race detector
+## test: lint, unit tests, csi-sanity, e2e and e2e-kube, all under the race detector;
+## a test that needs root fails here instead of skipping (internal/testbin.RequireRoot)
+test: export PROXY_TOPOLOGY_REQUIRE_ROOT = 1
 test: lint unit sanity e2e e2e-kube
 
 unit:

@@ -219,9 +219,12 @@ func (p *process) kill(t *testing.T) {
 // killed one for the secret scan.
 func (r *faultRig) restartUp1(t *testing.T) {
 	t.Helper()
-	if err := os.Rename(r.up1.logPath, r.up1.logPath+".killed"); err != nil {
+	killed := r.up1.logPath + ".killed"
+	if err := os.Rename(r.up1.logPath, killed); err != nil {
 		t.Fatal(err)
 	}
+	// The killed process's cleanup scans its own log for data races.
+	r.up1.logPath = killed
 	r.up1 = startProcess(t, r.dir, r.up1Spec)
 }
 

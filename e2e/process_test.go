@@ -137,6 +137,7 @@ func launch(t *testing.T, dir string, spec processSpec) *process {
 	}()
 	t.Cleanup(func() {
 		p.stop(t)
+		p.checkRaces(t)
 		if t.Failed() {
 			p.printLog(t)
 		}
@@ -228,8 +229,22 @@ func (p *process) stop(t *testing.T) {
 	if _, err := os.Lstat(p.sock); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s: socket %s still exists after a graceful stop (lstat: %v)", p.name, p.sock, err)
 	}
-	if data, err := os.ReadFile(p.logPath); err == nil && strings.Contains(string(data), "WARNING: DATA RACE") {
-		t.Errorf("%s: the race detector reported a data race; see its log", p.name)
+}
+
+// checkRaces fails the test if the race detector reported a data race in
+// the process's log. It runs however the process ended — stopped, killed
+// by a fault test, or exited on its own — since a report is written when
+// the race happens, not at exit.
+func (p *process) checkRaces(t *testing.T) {
+	t.Helper()
+	<-p.exited // stop and kill wait for it; this is for the log's last line
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Errorf("%s: cannot read its log to look for data races: %v", p.name, err)
+		return
+	}
+	if strings.Contains(string(data), "WARNING: DATA RACE") {
+		t.Errorf("%s: the race detector reported a data race; see its log %s", p.name, p.logPath)
 	}
 }
 

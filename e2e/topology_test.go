@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 )
 
 // TestNodeGetInfo checks that each node plugin reports exactly the segment
@@ -191,10 +193,7 @@ func TestCreateVolumeModes(t *testing.T) {
 // mounts), writes through the published path, finds the data in the
 // upstream's base path, and tears everything down again.
 func TestNodeDataPath(t *testing.T) {
-	if os.Geteuid() != 0 {
-		// Bind mounts need CAP_SYS_ADMIN.
-		t.Skip("not root: the node data path needs bind mounts")
-	}
+	testbin.RequireRoot(t, "the node data path needs bind mounts (CAP_SYS_ADMIN)")
 	c := startCluster(t)
 	nodes := c.k8sNodes(t)
 	n := 0

@@ -62,6 +62,11 @@ func startPlugin(t *testing.T, name string, env []string, args ...string) *plugi
 		if p.conn != nil {
 			p.conn.Close()
 		}
+		// However it ended (stopped or killed), the binary runs with
+		// -race when the suite does.
+		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s: the race detector reported a data race; see its logs", name)
+		}
 		if t.Failed() {
 			t.Logf("%s logs:\n%s", name, p.logs)
 		}

@@ -1,5 +1,7 @@
 // Package testbin builds the proxy-topology binary for tests that run it as
-// a separate process (e2e, e2e/kube, csi-sanity's upstream).
+// a separate process (e2e, e2e/kube, csi-sanity's upstream), and tells the
+// tests that need root (real bind mounts) whether they may run, skip, or
+// must fail because the run requires them (RequireRoot).
 package testbin
 
 import (

@@ -109,6 +109,7 @@ func runSanityParent(t *testing.T, target string) {
 	cmd := exec.CommandContext(ctx, os.Args[0],
 		"-test.run="+runPattern(t.Name()),
 		"-test.count=1",
+		"-test.v", // so that a skip's reason is in the output
 		"-test.timeout="+childTimeout.String(),
 	)
 	cmd.Env = append(os.Environ(), childTargetEnv+"="+target, childReportEnv+"="+report)
@@ -124,8 +125,9 @@ func runSanityParent(t *testing.T, target string) {
 	switch {
 	case err != nil && runErr == nil:
 		// The child passed without running the suite: its test skipped
-		// before calling runSanity (a precondition such as root).
-		fmt.Printf("sanity %s: 0 passed, 0 failed, 0 skipped\n", target)
+		// before calling runSanity (a precondition such as root). The
+		// summary says so and why, since go test hides a skip's message.
+		summary(t, fmt.Sprintf("sanity %s: SKIPPED, the suite did not run: %s", target, skipReason(out)))
 		t.Skipf("sanity %s: the child test skipped before running the suite:\n%s", target, tail(out, 20))
 	case err != nil:
 		// No report and a failed child: the suite itself broke (setup
@@ -145,6 +147,17 @@ func runSanityParent(t *testing.T, target string) {
 	}
 	t.Logf("sanity %s took %s", target, elapsed)
 	summary(t, fmt.Sprintf("sanity %s: %d passed, %d failed, %d skipped", target, res.Passed, res.Failed, res.Skipped))
+}
+
+// skipReason finds why a child skipped in its -test.v output: the line
+// testbin.RequireRoot logs, or a pointer to the output.
+func skipReason(out []byte) string {
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "not root: "); i >= 0 {
+			return strings.TrimSpace(line[i:])
+		}
+	}
+	return "see the test's output (go test -v)"
 }
 
 // summary prints a target's closing line, and appends it to the file named

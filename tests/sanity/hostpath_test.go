@@ -14,6 +14,7 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"golang.org/x/sys/unix"
 
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
@@ -65,13 +66,12 @@ func TestSanityLocalHostpathPublish(t *testing.T) {
 // runSanity it only returns a config (nothing would use the server).
 func hostpathConfig(t *testing.T, opts hostpath.Options) sanity.TestConfig {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("local-hostpath sanity needs root: the driver bind-mounts volumes")
-	}
 	cfg := sanity.NewTestConfig()
 	if os.Getenv(childTargetEnv) == "" {
 		return cfg
 	}
+	// Checked in the child, so the parent reports the skip (runSanity).
+	testbin.RequireRoot(t, "local-hostpath sanity needs root: the driver bind-mounts volumes")
 	dir := t.TempDir()
 	t.Cleanup(func() { unmountBelow(t, dir) }) // runs after the server stops
 

@@ -93,9 +93,7 @@ func TestSanityProxyPublish(t *testing.T) {
 // sanityDir is a temp dir whose mounts are detached when the test ends.
 func sanityDir(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("proxy sanity needs root: the upstream bind-mounts volumes")
-	}
+	testbin.RequireRoot(t, "proxy sanity needs root: the upstream bind-mounts volumes")
 	dir := t.TempDir()
 	t.Cleanup(func() { unmountBelow(t, dir) })
 	return dir

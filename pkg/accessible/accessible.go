@@ -22,14 +22,6 @@ func Decide(connection string, req *csi.TopologyRequirement, entries []Entry, op
 	return d.Topologies(), nil
 }
 
-// Decorate returns the accessible_topology for an existing volume: every
-// entry as prefixed requirements ∪ extra, exact duplicates dropped (nil when
-// entries is empty). ControllerGetVolume and ListVolumes use it, and Decide
-// returns it when the request has no requirements.
-func Decorate(entries []Entry, opts Options) []*csi.Topology {
-	return Compile(entries, opts).All().Topologies()
-}
-
 // segment is one key/value pair with a full key.
 type segment struct{ key, value string }
 

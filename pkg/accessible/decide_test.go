@@ -452,7 +452,7 @@ func TestDecideResultIsFresh(t *testing.T) {
 	}
 }
 
-func TestDecorate(t *testing.T) {
+func TestAll(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		entries []Entry
@@ -491,9 +491,9 @@ func TestDecorate(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decorate(tc.entries, tc.opts)
+			got := Compile(tc.entries, tc.opts).All().Topologies()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
-				t.Errorf("Decorate (-want +got):\n%s", diff)
+				t.Errorf("All (-want +got):\n%s", diff)
 			}
 		})
 	}

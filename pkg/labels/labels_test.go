@@ -59,3 +59,30 @@ func TestFullKey(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFullKey checks the promise validation builds on: a short key made
+// full with a prefix is a valid label key exactly when the prefix is a
+// valid prefix and the short key a valid key on its own, so a connection
+// file's short key can be checked alone and then once prefixed; a key that
+// is already full, or has no prefix to get, is never changed.
+func FuzzFullKey(f *testing.F) {
+	for _, s := range [][2]string{
+		{"org.democratic-csi.topology", "zone"}, {"Org", "zone"}, {"p", "a/b"}, {"p", ""},
+		{"a..b", "zone"}, {strings.Repeat("p", 253), strings.Repeat("n", 63)}, {"p", "-x"}, {"", "zone"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, prefix, key string) {
+		full := FullKey(prefix, key)
+		if strings.Contains(key, "/") || prefix == "" {
+			if full != key {
+				t.Fatalf("FullKey(%q, %q) = %q, want the key unchanged", prefix, key, full)
+			}
+			return
+		}
+		want := PrefixError(prefix) == nil && KeyError(key) == nil
+		if got := KeyError(full) == nil; got != want {
+			t.Fatalf("FullKey(%q, %q) = %q valid=%t; prefix: %v; key: %v", prefix, key, full, got, PrefixError(prefix), KeyError(key))
+		}
+	})
+}

@@ -1,5 +1,3 @@
-// Package nodetopology computes the topology segments a node reports, from
-// regexp rules over the node's name, hostname, env vars, files and labels.
 package nodetopology
 
 // Node topology types (proxy.nodeTopology.type).

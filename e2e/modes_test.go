@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"slices"
+
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // outcome is what CreateVolume must answer for one connection.
@@ -10,9 +13,47 @@ type outcome struct {
 	code codes.Code
 	// topology is the exact accessible_topology of a created volume.
 	topology []*csi.Topology
+	// termsOfRequest: the topology is the request's terms instead, for a
+	// connection without a topology list (SPEC §8: never wider than the
+	// terms); none without requirements.
+	termsOfRequest bool
 }
 
 func created(topology []*csi.Topology) outcome { return outcome{code: codes.OK, topology: topology} }
+
+// connectionTopology is each connection's whole list, as ControllerGetVolume
+// reports it (nil: everywhere).
+var connectionTopology = map[string][]*csi.Topology{"z1": offeredZ1, "z2": offeredZ2, "all": nil}
+
+// narrowedToTerms: created, accessible from exactly the request's terms
+// (requisite, else preferred), preferred ones first in preferred order.
+var narrowedToTerms = outcome{code: codes.OK, termsOfRequest: true}
+
+// forRequest resolves termsOfRequest for req.
+func (o outcome) forRequest(req *csi.TopologyRequirement) outcome {
+	if !o.termsOfRequest {
+		return o
+	}
+	terms := req.GetRequisite()
+	if len(terms) == 0 {
+		terms = req.GetPreferred()
+	}
+	var out []*csi.Topology
+	add := func(t *csi.Topology) {
+		if !slices.ContainsFunc(out, func(o *csi.Topology) bool { return proto.Equal(o, t) }) {
+			out = append(out, t)
+		}
+	}
+	for _, p := range req.GetPreferred() {
+		if slices.ContainsFunc(terms, func(t *csi.Topology) bool { return proto.Equal(t, p) }) {
+			add(p)
+		}
+	}
+	for _, t := range terms {
+		add(t)
+	}
+	return outcome{code: o.code, topology: out}
+}
 
 // exhausted: the connection does not serve the requested topology (SPEC §8).
 var exhausted = outcome{code: codes.ResourceExhausted}
@@ -34,9 +75,9 @@ func modeCases() []modeCase {
 		return []selectorTerm{{{key: zoneKey, values: zones}}}
 	}
 	// Mode 1 must never fail; every connection gets its own topology.
-	everywhere := map[string]outcome{"z1": created(offeredZ1), "z2": created(offeredZ2), "all": created(nil)}
-	zone1Only := map[string]outcome{"z1": created(offeredZ1), "z2": exhausted, "all": created(nil)}
-	zone2Only := map[string]outcome{"z1": exhausted, "z2": created(offeredZ2), "all": created(nil)}
+	everywhere := map[string]outcome{"z1": created(offeredZ1), "z2": created(offeredZ2), "all": narrowedToTerms}
+	zone1Only := map[string]outcome{"z1": created(offeredZ1), "z2": exhausted, "all": narrowedToTerms}
+	zone2Only := map[string]outcome{"z1": exhausted, "z2": created(offeredZ2), "all": narrowedToTerms}
 	return []modeCase{
 		// Mode 1: Immediate, no allowedTopologies. With the provisioner's
 		// default --immediate-topology=true the requisite is one term per
@@ -80,7 +121,7 @@ func modeCases() []modeCase {
 		{
 			name:  "mode2/allowed=zone3",
 			claim: claimRequest{pvcName: "claim-d", allowedTopologies: allowed("zone3"), flags: provisionerFlags{immediateTopology: true}},
-			want:  map[string]outcome{"z1": exhausted, "z2": exhausted, "all": created(nil)},
+			want:  map[string]outcome{"z1": exhausted, "z2": exhausted, "all": narrowedToTerms},
 		},
 		{
 			// WaitForFirstConsumer without strict topology: requisite is

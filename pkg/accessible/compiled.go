@@ -141,19 +141,20 @@ func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topolog
 	if len(requisite) == 0 && len(preferred) == 0 {
 		return c.all, nil
 	}
-	if len(c.entries) == 0 {
-		if c.opts.Type == typeNode {
-			return c.pinToRequestedNode(requisite, preferred), nil
-		}
-		return Decision{}, nil
-	}
-
 	// The CSI spec lets a CO send only preferred; without requisite the SP
 	// may pick anywhere, but the proxy still has to pick among its entries,
 	// and preferred is the only statement of where the CO wants the volume.
 	terms, kind := requisite, "requisite"
 	if len(terms) == 0 {
 		terms, kind = preferred, "preferred"
+	}
+	if len(c.entries) == 0 {
+		if c.opts.Type == typeNode {
+			if d := c.pinToRequestedNode(requisite, preferred); !d.Everywhere() {
+				return d, nil
+			}
+		}
+		return c.narrowToTerms(kind, terms, preferred)
 	}
 	type pick struct {
 		rank, entry, term int
@@ -190,6 +191,37 @@ func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topolog
 	slices.SortStableFunc(picks, func(a, b pick) int {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.entry, b.entry), cmp.Compare(a.term, b.term))
 	})
+	out := make([]map[string]string, len(picks))
+	for i, p := range picks {
+		out[i] = p.segments
+	}
+	return decision(out), nil
+}
+
+// narrowToTerms is Decide for a connection without a topology list: its
+// storage is reachable from every node, but the volume must not be usable
+// from a node that no term admits (a class's allowedTopologies), so each
+// term, without the node key, is one accessible topology. Terms that
+// appear in preferred come first, in its order. A term of nothing but the
+// node key leaves the volume reachable everywhere.
+func (c *Compiled) narrowToTerms(kind string, terms, preferred []*csi.Topology) (Decision, error) {
+	type pick struct {
+		rank, term int
+		segments   map[string]string
+	}
+	picks := make([]pick, 0, len(terms))
+	for j, term := range terms {
+		segments, _ := narrow(map[string]string{}, nil, term, c.nodeKey)
+		if err := badNarrowing(kind, j, segments, nil); err != nil {
+			return Decision{}, err
+		}
+		rank := slices.IndexFunc(preferred, func(p *csi.Topology) bool { return maps.Equal(p.GetSegments(), term.GetSegments()) })
+		if rank < 0 {
+			rank = len(preferred)
+		}
+		picks = append(picks, pick{rank, j, segments})
+	}
+	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.term, b.term)) })
 	out := make([]map[string]string, len(picks))
 	for i, p := range picks {
 		out[i] = p.segments

@@ -351,16 +351,18 @@ func TestDecideEmptyT(t *testing.T) {
 			want: topos(topo(pk("node"), "n4")),
 		},
 		{
+			// No node of ours to pin to: the terms narrow the volume
+			// instead (never widen, SPEC §8).
 			name: "node type ignores another prefix's node key",
 			req:  &csi.TopologyRequirement{Requisite: topos(topo("other.io/node", "n1"))},
 			opts: nodeOpts,
-			want: nil,
+			want: topos(topo("other.io/node", "n1")),
 		},
 		{
-			name: "node type without a node anywhere is reachable everywhere",
+			name: "node type without a node anywhere is narrowed to the terms",
 			req:  &csi.TopologyRequirement{Requisite: topos(zoneTerm("z1"))},
 			opts: nodeOpts,
-			want: nil,
+			want: topos(zoneTerm("z1")),
 		},
 		{
 			name: "node type without requirements",
@@ -369,16 +371,33 @@ func TestDecideEmptyT(t *testing.T) {
 			want: nil,
 		},
 		{
-			name: "cluster type is reachable everywhere",
+			// Storage reachable everywhere, but the PV must not admit a
+			// node no term admits; the node key never narrows.
+			name: "cluster type is narrowed to the terms, without the node key",
 			req:  &csi.TopologyRequirement{Requisite: topos(nodeTerm("n1")), Preferred: topos(nodeTerm("n1"))},
 			opts: clusterOpts,
+			want: topos(zoneTerm("z1")),
+		},
+		{
+			name: "allowedTopologies on a connection without a list",
+			req: &csi.TopologyRequirement{
+				Requisite: topos(zoneTerm("z1"), zoneTerm("z2")),
+				Preferred: topos(zoneTerm("z2"), zoneTerm("z1")),
+			},
+			opts: zoneOpts,
+			want: topos(zoneTerm("z2"), zoneTerm("z1")),
+		},
+		{
+			name: "terms of the node key only: everywhere",
+			req:  &csi.TopologyRequirement{Requisite: topos(topo(pk("node"), "n1"))},
+			opts: zoneOpts,
 			want: nil,
 		},
 		{
-			name: "zone type is reachable everywhere",
+			name: "zone type is narrowed to the terms",
 			req:  &csi.TopologyRequirement{Requisite: topos(nodeTerm("n1")), Preferred: topos(nodeTerm("n1"))},
 			opts: zoneOpts,
-			want: nil,
+			want: topos(zoneTerm("z1")),
 		},
 	})
 }

@@ -125,14 +125,27 @@ func FuzzDecide(f *testing.F) {
 
 		if len(entries) == 0 {
 			nodeKey := opts.NodeKey()
-			if opts.Type != typeNode || !hasReq {
+			if !hasReq {
 				if got != nil {
-					t.Fatalf("empty topology list, type %q: got %v, want nil", opts.Type, got)
+					t.Fatalf("empty topology list, no requirements: got %v, want nil", got)
 				}
 				return
 			}
-			if got != nil && (len(got) != 1 || len(got[0].GetSegments()) != 1 || got[0].GetSegments()[nodeKey] == "") {
-				t.Fatalf("empty topology list, type node: got %v, want [{%s: <node>}]", got, nodeKey)
+			// Type node pins to the node a term names, if any term names
+			// one of ours.
+			if opts.Type == typeNode && len(got) == 1 && len(got[0].GetSegments()) == 1 && got[0].GetSegments()[nodeKey] != "" {
+				return
+			}
+			// Otherwise the terms narrow the volume: each result is a
+			// term without the node key, and no term is left out.
+			terms := req.GetRequisite()
+			if len(terms) == 0 {
+				terms = req.GetPreferred()
+			}
+			for _, g := range got {
+				if !slices.ContainsFunc(terms, func(term *csi.Topology) bool { return within(g, term, nodeKey) && within(term, g, nodeKey) }) {
+					t.Fatalf("empty topology list: result %v is not one of the terms %v", g, terms)
+				}
 			}
 			return
 		}

@@ -198,8 +198,12 @@ func TestCreateVolumeAccessibleTopology(t *testing.T) {
 			entries: []accessible.Entry{{Requirements: map[string]string{"topology.kubernetes.io/zone": "eu-1a"}}},
 			req:     &csi.TopologyRequirement{Requisite: []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
 			want:    []*csi.Topology{topo("topology.kubernetes.io/zone", "eu-1a")}},
-		{name: "no topology list: reachable everywhere", req: &csi.TopologyRequirement{
-			Requisite: []*csi.Topology{topo(zone, "z1")}}},
+		// Storage reachable everywhere, but never wider than the terms
+		// (SPEC §8): a class's allowedTopologies still bounds the PV.
+		{name: "no topology list: narrowed to the terms", req: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{topo(zone, "z1")}},
+			want: []*csi.Topology{topo(zone, "z1")}},
+		{name: "no topology list, no requirements: reachable everywhere"},
 		{name: "mismatch", entries: twoZones, req: &csi.TopologyRequirement{
 			Requisite: []*csi.Topology{topo(zone, "z3")}},
 			wantCode: codes.ResourceExhausted, wantMsg: []string{`connection "a"`, "z3", "not accessible"}},

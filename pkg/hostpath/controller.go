@@ -385,11 +385,15 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	// a controller in its own container relies on the CO having unpublished
 	// first, as CSI requires.
 	path := d.store.volumePath(id)
-	mounts, err := readMountInfo()
+	in, err := d.mounter.mountsOf(path)
 	if err != nil {
 		return nil, internalError(err, "read mount table")
 	}
-	if in := append(mountsOf(mounts, path), mountsBelow(mounts, path)...); len(in) > 0 {
+	below, err := d.mounter.mountsBelow(path)
+	if err != nil {
+		return nil, internalError(err, "read mount table")
+	}
+	if in = append(in, below...); len(in) > 0 {
 		return nil, failedPrecondition("volume %s is still mounted at %s", id, strings.Join(in, ", "))
 	}
 	_, recErr := d.store.readVolume(id)
@@ -400,18 +404,6 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		d.log.Info("deleted volume", "volume", id)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
-}
-
-// mountsBelow lists mount points strictly inside dir.
-func mountsBelow(mounts []mountInfo, dir string) []string {
-	prefix := resolvePath(dir) + "/"
-	var out []string
-	for _, m := range mounts {
-		if strings.HasPrefix(m.MountPoint, prefix) {
-			out = append(out, m.MountPoint)
-		}
-	}
-	return out
 }
 
 // lookupVolume returns the record of a volume ID from a request. IDs that

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -44,8 +45,9 @@ type Options struct {
 	// register a node without one.
 	NodeID string
 	// BasePath is the directory that holds all volumes, snapshots and their
-	// records (the connection's shareBasePath). Required and absolute; it
-	// is created with mode 0750 when missing.
+	// records (the connection's shareBasePath). Required and absolute,
+	// without spaces, tabs, newlines or backslashes; it is created with
+	// mode 0750 when missing.
 	BasePath string
 	// Stage advertises STAGE_UNSTAGE_VOLUME: NodeStageVolume bind-mounts the
 	// volume directory on staging_target_path and NodePublishVolume binds
@@ -87,6 +89,10 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("BasePath is required"))
 	case !filepath.IsAbs(o.BasePath):
 		errs = append(errs, fmt.Errorf("BasePath %q must be an absolute path", o.BasePath))
+	case strings.ContainsAny(o.BasePath, mountTableSpecial):
+		// The mount table escapes these, and mount-utils' GetMountRefs
+		// would then never find the mounts of a volume (see mountsOf).
+		errs = append(errs, fmt.Errorf("BasePath %q must not contain a space, tab, newline or backslash", o.BasePath))
 	}
 	if o.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("MaxVolumesPerNode %d must not be negative", o.MaxVolumesPerNode))
@@ -104,10 +110,11 @@ type Driver struct {
 	csi.UnimplementedControllerServer
 	csi.UnimplementedNodeServer
 
-	opts  Options
-	log   *slog.Logger
-	store *store
-	locks *keyedLocks
+	opts    Options
+	log     *slog.Logger
+	store   *store
+	locks   *keyedLocks
+	mounter *mounter
 }
 
 var (
@@ -137,10 +144,11 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("local-hostpath BasePath: %w", err)
 	}
 	return &Driver{
-		opts:  opts,
-		log:   log,
-		store: st,
-		locks: newKeyedLocks(),
+		opts:    opts,
+		log:     log,
+		store:   st,
+		locks:   newKeyedLocks(),
+		mounter: newMounter(),
 	}, nil
 }
 

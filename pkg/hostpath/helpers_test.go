@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 )
 
 const testNode = "node-1"
@@ -45,12 +47,11 @@ func newTestDriver(t *testing.T, opts Options) *Driver {
 	return d
 }
 
-// requireRoot skips tests that mount: bind mounts need CAP_SYS_ADMIN.
+// requireRoot skips tests that mount: bind mounts need CAP_SYS_ADMIN. With
+// PROXY_TOPOLOGY_REQUIRE_ROOT=1 (make test) it fails them instead.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test makes real bind mounts")
-	}
+	testbin.RequireRoot(t, "the test makes real bind mounts")
 }
 
 // mountDir returns a temp dir for targets and staging paths and makes sure
@@ -59,12 +60,11 @@ func mountDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	t.Cleanup(func() {
-		mounts, err := readMountInfo()
+		below, err := newMounter().mountsBelow(dir)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		below := mountsBelow(mounts, dir)
 		for i := len(below) - 1; i >= 0; i-- {
 			t.Errorf("test left %s mounted", below[i])
 			if err := unix.Unmount(below[i], unix.MNT_DETACH); err != nil {

@@ -1,140 +1,193 @@
 package hostpath
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/mount-utils"
 )
 
-// mountInfo is one line of /proc/self/mountinfo (see proc(5)).
-type mountInfo struct {
-	ID, Parent   int
-	Major, Minor int
-	// Root is the directory of the source file system that is mounted,
-	// relative to that file system's root: for a bind mount of
-	// /base/volumes/vol-x it ends in "/volumes/vol-x".
-	Root       string
-	MountPoint string
-	// Options are the per-mount options ("rw,nosuid,relatime").
-	Options      string
-	FSType       string
-	Source       string
-	SuperOptions string
+// Mount handling is k8s.io/mount-utils, as in kubelet and the reference CSI
+// drivers: whether a path is a mount point (IsMountPoint, which resolves
+// symlinks and detects bind mounts of the same file system), which paths
+// show a volume directory (GetMountRefs), the mount table (List) and the
+// teardown of a target path (CleanupMountPoint).
+//
+// Only the two calls that change the mount table are hand-written, as
+// system calls, in mounter below: mount-utils' Linux Mounter runs mount(8)
+// and umount(8), which the image (distroless/static, see the Dockerfile)
+// does not contain, and umount(8) follows a target that was swapped for a
+// symlink, which umount2(UMOUNT_NOFOLLOW) refuses to do. No module in
+// go.mod mounts by system call (moby/sys/mount would, but is not a
+// dependency).
+
+// mounter is mount-utils' Linux Mounter with Mount and Unmount done by
+// system calls; everything that reads the mount table is mount-utils'.
+type mounter struct {
+	mount.Interface
 }
 
-func (m *mountInfo) readOnly() bool {
-	return slices.Contains(strings.Split(m.Options, ","), "ro")
+var _ mount.Interface = (*mounter)(nil)
+
+// newMounter wraps the zero mount.Mounter rather than mount.New(""): New
+// runs umount(8) once to probe its "not mounted" message, which only its
+// own Unmount uses, and that is replaced here.
+func newMounter() *mounter {
+	return &mounter{Interface: &mount.Mounter{}}
 }
 
-const mountInfoPath = "/proc/self/mountinfo"
-
-// readMountInfo reads the mount table of this process's mount namespace. It
-// is read fresh on every call: mounts change behind our back (kubelet, other
-// drivers) and the table is small.
-func readMountInfo() ([]mountInfo, error) {
-	b, err := os.ReadFile(mountInfoPath)
+// Mount bind-mounts source on target. options must contain "bind" (a
+// directory volume can only be bound); the others are mount_flags as
+// mountFlags accepts them ("ro", "nosuid", ...). fstype is ignored.
+//
+// The kernel ignores MS_RDONLY and friends on the initial MS_BIND, so they
+// take effect through a second MS_REMOUNT|MS_BIND, as in mount-utils. That
+// remount replaces the per-mount flags, so it also carries the nosuid,
+// nodev and noexec of source's own mount (as mount-utils does from statfs),
+// which the bind alone inherits and the remount would otherwise drop. A
+// failed remount undoes the bind, so that a failed read-only publish never
+// leaves a writable mount behind.
+func (m *mounter) Mount(source, target, _ string, options []string) error {
+	var bind bool
+	rest := make([]string, 0, len(options))
+	for _, o := range options {
+		if o == "bind" {
+			bind = true
+			continue
+		}
+		rest = append(rest, o)
+	}
+	if !bind {
+		return fmt.Errorf("mount %s on %s: only bind mounts are supported, options %q lack \"bind\"", source, target, options)
+	}
+	flags, readonly, err := mountFlags(rest)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("mount %s on %s: %w", source, target, err)
 	}
-	return parseMountInfo(bytes.NewReader(b))
-}
-
-// parseMountInfo parses the mountinfo format:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// The optional fields before "-" vary in number, and paths have space, tab,
-// newline and backslash escaped as \ooo octal.
-func parseMountInfo(r io.Reader) ([]mountInfo, error) {
-	var out []mountInfo
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if len(f) < 10 || sep < 6 || len(f) < sep+4 {
-			return nil, fmt.Errorf("mountinfo line %d: unexpected format %q", n, line)
-		}
-		var m mountInfo
-		var err error
-		if m.ID, err = strconv.Atoi(f[0]); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: mount id: %w", n, err)
-		}
-		if m.Parent, err = strconv.Atoi(f[1]); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: parent id: %w", n, err)
-		}
-		maj, min, ok := strings.Cut(f[2], ":")
-		if !ok {
-			return nil, fmt.Errorf("mountinfo line %d: device %q is not major:minor", n, f[2])
-		}
-		if m.Major, err = strconv.Atoi(maj); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: major: %w", n, err)
-		}
-		if m.Minor, err = strconv.Atoi(min); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: minor: %w", n, err)
-		}
-		m.Root = unescapeMountPath(f[3])
-		m.MountPoint = unescapeMountPath(f[4])
-		m.Options = f[5]
-		m.FSType = f[sep+1]
-		m.Source = unescapeMountPath(f[sep+2])
-		m.SuperOptions = f[sep+3]
-		out = append(out, m)
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return &os.PathError{Op: "bind mount " + source + " on", Path: target, Err: err}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	if !readonly && flags == 0 {
+		return nil
 	}
-	return out, nil
-}
-
-// unescapeMountPath undoes the kernel's \ooo escaping of mountinfo paths.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+	remount := unix.MS_REMOUNT | unix.MS_BIND | flags
+	if readonly {
+		remount |= unix.MS_RDONLY
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
+	var st unix.Statfs_t
+	err = unix.Statfs(source, &st)
+	if err == nil {
+		remount |= uintptr(st.Flags) & (unix.ST_NOSUID | unix.ST_NODEV | unix.ST_NOEXEC)
+		err = unix.Mount("", target, "", remount, "")
 	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
-
-// mountAt returns the topmost mount whose mount point is path, or nil.
-// path is resolved through symlinks first because the kernel reports
-// resolved paths.
-func mountAt(mounts []mountInfo, path string) *mountInfo {
-	p := resolvePath(path)
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if mounts[i].MountPoint == p {
-			return &mounts[i]
-		}
+	if err != nil {
+		uerr := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		return errors.Join(fmt.Errorf("remount %s with flags %#x: %w", target, remount, err), uerr)
 	}
 	return nil
 }
 
+// MountSensitive and the WithoutSystemd variants are Mount: no option of a
+// bind mount is secret, and no systemd scope is involved.
+func (m *mounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
+	return m.Mount(source, target, fstype, append(append([]string(nil), options...), sensitive...))
+}
+
+func (m *mounter) MountSensitiveWithoutSystemd(source, target, fstype string, options, sensitive []string) error {
+	return m.MountSensitive(source, target, fstype, options, sensitive)
+}
+
+func (m *mounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, sensitive, _ []string) error {
+	return m.MountSensitive(source, target, fstype, options, sensitive)
+}
+
+// maxStacked bounds Unmount's loop: more mounts stacked on one path than
+// this means something else keeps mounting there.
+const maxStacked = 16
+
+// Unmount unmounts everything stacked on target. It succeeds when target
+// is not (or no longer) a mount point, including when it does not exist,
+// so CanSafelySkipMountPointCheck is true.
+func (m *mounter) Unmount(target string) error {
+	for range maxStacked {
+		if mounted, err := m.isMountPoint(target); err != nil || !mounted {
+			return err
+		}
+		// UMOUNT_NOFOLLOW: a target swapped for a symlink must not make us
+		// unmount whatever it points to (IsMountPoint resolves symlinks, so
+		// such a target ends in the "still mounted" error below).
+		if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
+			return &os.PathError{Op: "unmount", Path: target, Err: err}
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted after %d unmounts", target, maxStacked)
+}
+
+func (m *mounter) CanSafelySkipMountPointCheck() bool { return true }
+
+// isMountPoint is IsMountPoint with a missing path reported as not mounted.
+func (m *mounter) isMountPoint(path string) (bool, error) {
+	mounted, err := m.IsMountPoint(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return mounted, err
+}
+
+// mountsOf lists the mount points that show dir: bind mounts of it, and
+// binds of those binds (the same root of the same file system).
+func (m *mounter) mountsOf(dir string) ([]string, error) {
+	refs, err := m.GetMountRefs(dir)
+	for i, r := range refs {
+		refs[i] = unescapeMountPath(r)
+	}
+	return refs, err
+}
+
+// mountsBelow lists mount points strictly inside dir.
+func (m *mounter) mountsBelow(dir string) ([]string, error) {
+	mps, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	prefix := resolvePath(dir) + "/"
+	var out []string
+	for _, mp := range mps {
+		if p := unescapeMountPath(mp.Path); strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// mountReadOnly reports whether the mount that shows path is read-only.
+// statfs reports the per-mount flags (since Linux 2.6.36), so a read-only
+// bind of a writable file system says ST_RDONLY.
+func mountReadOnly(path string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	return st.Flags&unix.ST_RDONLY != 0, nil
+}
+
+// unescapeMountPath undoes the kernel's octal escaping of the characters
+// that would break the mount table's format. mount-utils returns mount
+// points as the kernel wrote them ("a\040b" for "a b") and GetMountRefs
+// compares paths in that form, which is why Options.Validate keeps those
+// characters out of BasePath.
+var unescapeMountPath = strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace
+
+// mountTableSpecial are the characters the kernel escapes in the mount table.
+const mountTableSpecial = " \t\n\\"
+
 // resolvePath returns path with symlinks resolved when possible, else path
-// cleaned.
+// cleaned: the kernel reports mount points resolved.
 func resolvePath(path string) string {
 	if r, err := filepath.EvalSymlinks(path); err == nil {
 		return r
@@ -144,8 +197,8 @@ func resolvePath(path string) string {
 
 // isMountOf reports whether path currently shows the directory dir: a bind
 // mount of dir shows dir's own inode at its mount point. Comparing inodes
-// instead of mountinfo device numbers also works on btrfs and overlayfs,
-// whose stat device differs from the one in mountinfo.
+// instead of mount table device numbers also works on btrfs and overlayfs,
+// whose stat device differs from the one in the mount table.
 func isMountOf(path, dir string) bool {
 	a, err := os.Stat(path)
 	if err != nil {
@@ -156,69 +209,6 @@ func isMountOf(path, dir string) bool {
 		return false
 	}
 	return os.SameFile(a, b)
-}
-
-// mountsOf lists the mount points that show dir (bind mounts of it, and
-// binds of those binds). Candidates are picked by their mountinfo root,
-// which ends in the directory's own name (IDs are unique), and confirmed by
-// inode so that a same-named directory elsewhere never matches; only our
-// own bind mounts are ever stat'ed, never an arbitrary (possibly hung
-// network) mount.
-func mountsOf(mounts []mountInfo, dir string) []string {
-	suffix := "/" + filepath.Base(dir)
-	var out []string
-	for _, m := range mounts {
-		if !strings.HasSuffix(m.Root, suffix) || slices.Contains(out, m.MountPoint) {
-			continue
-		}
-		if isMountOf(m.MountPoint, dir) {
-			out = append(out, m.MountPoint)
-		}
-	}
-	return out
-}
-
-// bindMount binds source onto target and, when readonly or extra flags are
-// asked for, remounts it: the kernel ignores MS_RDONLY and friends on the
-// initial MS_BIND, so they only take effect through MS_REMOUNT|MS_BIND. A
-// failed remount undoes the bind so that a failed read-only publish never
-// leaves a writable mount behind.
-func bindMount(source, target string, readonly bool, flags uintptr) error {
-	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind mount %s on %s: %w", source, target, err)
-	}
-	if !readonly && flags == 0 {
-		return nil
-	}
-	remount := unix.MS_REMOUNT | unix.MS_BIND | flags
-	if readonly {
-		remount |= unix.MS_RDONLY
-	}
-	if err := unix.Mount("", target, "", remount, ""); err != nil {
-		uerr := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
-		return errors.Join(fmt.Errorf("remount %s with flags %#x: %w", target, remount, err), uerr)
-	}
-	return nil
-}
-
-// unmountAll unmounts everything stacked on target. It succeeds when target
-// is not (or no longer) a mount point, including when it does not exist.
-func unmountAll(target string) error {
-	for range 16 { // more stacked mounts than this means something else keeps mounting
-		mounts, err := readMountInfo()
-		if err != nil {
-			return err
-		}
-		if mountAt(mounts, target) == nil {
-			return nil
-		}
-		// UMOUNT_NOFOLLOW: a target swapped for a symlink must not make us
-		// unmount whatever it points to.
-		if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("unmount %s: %w", target, err)
-		}
-	}
-	return fmt.Errorf("unmount %s: still mounted after 16 unmounts", target)
 }
 
 // ensureMountDir makes sure dir exists as a directory to mount on. It

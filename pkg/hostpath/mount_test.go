@@ -1,6 +1,10 @@
 package hostpath
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -8,67 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestParseMountInfo(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    []mountInfo
-		wantErr string
-	}{
-		{
-			name: "proc(5) example with optional field",
-			in:   "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n",
-			want: []mountInfo{{ID: 36, Parent: 35, Major: 98, Minor: 0, Root: "/mnt1", MountPoint: "/mnt2",
-				Options: "rw,noatime", FSType: "ext3", Source: "/dev/root", SuperOptions: "rw,errors=continue"}},
-		},
-		{
-			name: "no optional fields, several optional fields, escapes",
-			in: "22 27 0:21 / /proc rw,relatime - proc proc rw\n" +
-				"42 27 254:0 /base/volumes/vol-1 /var/lib/kubelet/pods/a\\040b/mount ro,relatime shared:1 master:2 propagate_from:3 - ext4 /dev/vda rw\n" +
-				"43 27 254:0 /back\\134slash /tab\\011and\\012newline rw - ext4 /dev/vda rw\n",
-			want: []mountInfo{
-				{ID: 22, Parent: 27, Major: 0, Minor: 21, Root: "/", MountPoint: "/proc", Options: "rw,relatime", FSType: "proc", Source: "proc", SuperOptions: "rw"},
-				{ID: 42, Parent: 27, Major: 254, Minor: 0, Root: "/base/volumes/vol-1", MountPoint: "/var/lib/kubelet/pods/a b/mount",
-					Options: "ro,relatime", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
-				{ID: 43, Parent: 27, Major: 254, Minor: 0, Root: `/back\slash`, MountPoint: "/tab\tand\nnewline",
-					Options: "rw", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
-			},
-		},
-		{name: "empty", in: "", want: nil},
-		{name: "no separator", in: "1 2 3:4 / /x rw shared:1 ext4 /dev/x rw more\n", wantErr: "line 1"},
-		{name: "too short", in: "1 2 3:4 / /x rw - ext4\n", wantErr: "unexpected format"},
-		{name: "bad id", in: "x 2 3:4 / /x rw - ext4 /dev/x rw\n", wantErr: "mount id"},
-		{name: "bad device", in: "1 2 34 / /x rw - ext4 /dev/x rw\n", wantErr: "major:minor"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseMountInfo(strings.NewReader(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one mentioning %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
-	if (&mountInfo{Options: "ro,nosuid"}).readOnly() != true || (&mountInfo{Options: "rw,errors=ro"}).readOnly() {
-		t.Error("readOnly misreads options")
-	}
-}
-
-func TestReadMountInfoOfThisProcess(t *testing.T) {
-	mounts, err := readMountInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mountAt(mounts, "/") == nil {
-		t.Errorf("no mount at / among %d mounts", len(mounts))
+func TestUnescapeMountPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/var/lib/kubelet/pods/x/mount": "/var/lib/kubelet/pods/x/mount",
+		`/a\040b`:                       "/a b",
+		`/tab\011and\012newline`:        "/tab\tand\nnewline",
+		`/back\134slash\040`:            `/back\slash `,
+		`/not\41an\escape`:              `/not\41an\escape`,
+	} {
+		if got := unescapeMountPath(in); got != want {
+			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -99,5 +53,156 @@ func TestMountFlags(t *testing.T) {
 				t.Errorf("mountFlags = %#x, %t, %v; want %#x, %t", flags, ro, err, tc.flags, tc.readonly)
 			}
 		})
+	}
+}
+
+// mkdirs makes each dir under parent and returns their paths.
+func mkdirs(t *testing.T, parent string, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		p := filepath.Join(parent, n)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func TestMounterBind(t *testing.T) {
+	requireRoot(t)
+	m := newMounter()
+	dirs := mkdirs(t, mountDir(t), "src", "a", "b with space", "c", "unused")
+	src, a, b, c, unused := dirs[0], dirs[1], dirs[2], dirs[3], dirs[4]
+
+	if err := m.Mount(src, unused, "", []string{"ro"}); err == nil || !strings.Contains(err.Error(), `lack "bind"`) {
+		t.Errorf("Mount without bind = %v, want a refusal", err)
+	}
+	if err := m.Mount(src, unused, "", []string{"bind", "discard"}); err == nil || !strings.Contains(err.Error(), "discard") {
+		t.Errorf("Mount with discard = %v, want a refusal", err)
+	}
+	if mounted, err := m.isMountPoint(unused); err != nil || mounted {
+		t.Fatalf("refused mounts left %s mounted=%t (%v)", unused, mounted, err)
+	}
+
+	for _, mt := range []struct {
+		source, target string
+		opts           []string
+	}{
+		{src, a, []string{"bind"}},
+		{src, b, []string{"bind", "ro", "nosuid"}},
+		{a, c, []string{"bind"}}, // a bind of a bind shows src too
+	} {
+		if err := m.Mount(mt.source, mt.target, "", mt.opts); err != nil {
+			t.Fatalf("Mount(%s, %s, %q): %v", mt.source, mt.target, mt.opts, err)
+		}
+		defer func() {
+			if err := m.Unmount(mt.target); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for path, wantRO := range map[string]bool{a: false, b: true, c: false} {
+		if mounted, err := m.isMountPoint(path); err != nil || !mounted {
+			t.Errorf("isMountPoint(%s) = %t, %v", path, mounted, err)
+		}
+		if ro, err := mountReadOnly(path); err != nil || ro != wantRO {
+			t.Errorf("mountReadOnly(%s) = %t, %v; want %t", path, ro, err, wantRO)
+		}
+	}
+	if m := isMounted(t, b); m == nil || !slices.Contains(m.MountOptions, "nosuid") {
+		t.Errorf("mount table entry of %s = %+v, want nosuid", b, m)
+	}
+	refs, err := m.mountsOf(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(refs)
+	if diff := cmp.Diff([]string{a, b, c}, refs); diff != "" {
+		t.Errorf("mountsOf (-want +got):\n%s", diff)
+	}
+	below, err := m.mountsBelow(filepath.Dir(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(below)
+	if diff := cmp.Diff([]string{a, b, c}, below); diff != "" {
+		t.Errorf("mountsBelow (-want +got):\n%s", diff)
+	}
+	if mounted, err := m.isMountPoint(filepath.Join(src, "missing")); err != nil || mounted {
+		t.Errorf("isMountPoint of a missing path = %t, %v; want false, nil", mounted, err)
+	}
+}
+
+// TestMounterKeepsSourceFlags: the remount that makes a bind read-only
+// replaces the mount's flags; it must keep the nosuid, nodev and noexec the
+// bind inherited from the volume's file system.
+func TestMounterKeepsSourceFlags(t *testing.T) {
+	requireRoot(t)
+	m := newMounter()
+	dir := mountDir(t)
+	fsDir, target := mkdirs(t, dir, "fs", "target")[0], filepath.Join(dir, "target")
+	if err := unix.Mount("tmpfs", fsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(fsDir, unix.MNT_DETACH)
+	if err := m.Mount(fsDir, target, "", []string{"bind", "ro"}); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmount(target)
+	e := isMounted(t, target)
+	for _, opt := range []string{"ro", "nosuid", "nodev", "noexec"} {
+		if e == nil || !slices.Contains(e.MountOptions, opt) {
+			t.Errorf("mount table entry %+v lacks %s", e, opt)
+		}
+	}
+}
+
+func TestMounterUnmount(t *testing.T) {
+	requireRoot(t)
+	m := newMounter()
+	dir := mountDir(t)
+	dirs := mkdirs(t, dir, "src", "stacked", "plain", "real")
+	src, stacked, plain, real := dirs[0], dirs[1], dirs[2], dirs[3]
+
+	// Nothing to do is success: a missing path, a plain directory.
+	for _, p := range []string{filepath.Join(dir, "missing"), plain} {
+		if err := m.Unmount(p); err != nil {
+			t.Errorf("Unmount(%s): %v", p, err)
+		}
+	}
+
+	// Every mount stacked on the path goes.
+	for range 3 {
+		if err := m.Mount(src, stacked, "", []string{"bind"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Unmount(stacked); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, err := m.isMountPoint(stacked); err != nil || mounted {
+		t.Errorf("after Unmount: mounted=%t, %v", mounted, err)
+	}
+
+	// A target swapped for a symlink is not followed to the mount it
+	// points at.
+	if err := m.Mount(src, real, "", []string{"bind"}); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmount(real)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unmount(link); err == nil || !strings.Contains(err.Error(), "still mounted") {
+		t.Errorf("Unmount(symlink) = %v, want it to refuse", err)
+	}
+	if mounted, err := m.isMountPoint(real); err != nil || !mounted {
+		t.Errorf("the symlink's target was unmounted: mounted=%t, %v", mounted, err)
+	}
+	if !m.CanSafelySkipMountPointCheck() || errors.Is(m.Unmount(plain), unix.EINVAL) {
+		t.Error("Unmount of something not mounted must succeed")
 	}
 }

@@ -3,7 +3,6 @@ package hostpath
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"k8s.io/mount-utils"
 )
 
 // The node service bind-mounts BasePath/volumes/<id> where the CO asks.
@@ -18,9 +18,10 @@ import (
 // absolute and are used as given: they belong to the CO, unlike everything
 // under BasePath, which is only ever reached through validated IDs.
 //
-// Whether something is mounted is always read from /proc/self/mountinfo and
-// the inodes on disk, never from a record, so the node side needs no state
-// of its own and is right after a restart or a reboot.
+// Whether something is mounted is always read from the mount table
+// (through mount-utils, see mount.go) and the inodes on disk, never from a
+// record, so the node side needs no state of its own and is right after a
+// restart or a reboot.
 
 func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	types := []csi.NodeServiceCapability_RPC_Type{
@@ -115,11 +116,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := readMountInfo()
+	mounted, err := d.mounter.isMountPoint(staging)
 	if err != nil {
-		return nil, internalError(err, "read mount table")
+		return nil, internalError(err, "check staging_target_path")
 	}
-	if mountAt(mounts, staging) != nil {
+	if mounted {
 		if isMountOf(staging, dir) {
 			return &csi.NodeStageVolumeResponse{}, nil
 		}
@@ -132,7 +133,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, internalError(err, "prepare staging_target_path")
 	}
-	if err := bindMount(dir, staging, false, 0); err != nil {
+	if err := d.mounter.Mount(dir, staging, "", []string{"bind"}); err != nil {
 		if created {
 			os.Remove(staging)
 		}
@@ -155,7 +156,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	defer unlock()
-	if err := unmountAll(staging); err != nil {
+	if err := d.mounter.Unmount(staging); err != nil {
 		return nil, internalError(err, "unstage volume %s", id)
 	}
 	d.log.Info("unstaged volume", "volume", id, "stagingTargetPath", staging)
@@ -174,7 +175,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := nodeCapability(vc); err != nil {
 		return nil, err
 	}
-	flags, roFlag, _ := mountFlags(vc.GetMount().GetMountFlags()) // validated by nodeCapability
+	_, roFlag, _ := mountFlags(vc.GetMount().GetMountFlags()) // validated by nodeCapability
 	var staging string
 	if d.opts.Stage {
 		staging = req.GetStagingTargetPath()
@@ -197,23 +198,31 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 
 	readonly := req.GetReadonly() || roFlag || readOnlyMode(vc) ||
 		(d.opts.ControllerPublish && req.GetPublishContext()[publishContextReadonly] == "true")
-	mounts, err := readMountInfo()
-	if err != nil {
-		return nil, internalError(err, "read mount table")
-	}
 	source := dir
 	if staging != "" {
-		if mountAt(mounts, staging) == nil || !isMountOf(staging, dir) {
+		mounted, err := d.mounter.isMountPoint(staging)
+		if err != nil {
+			return nil, internalError(err, "check staging_target_path")
+		}
+		if !mounted || !isMountOf(staging, dir) {
 			return nil, failedPrecondition("volume %s is not staged at staging_target_path %s; call NodeStageVolume first", id, staging)
 		}
 		source = staging
 	}
-	if m := mountAt(mounts, target); m != nil {
+	mounted, err := d.mounter.isMountPoint(target)
+	if err != nil {
+		return nil, internalError(err, "check target_path")
+	}
+	if mounted {
 		if !isMountOf(target, dir) {
 			return nil, alreadyExists("target_path %s is already a mount point of something other than volume %s", target, id)
 		}
-		if m.readOnly() != readonly {
-			return nil, alreadyExists("volume %s is already published at %s with readonly=%t, this request asks for readonly=%t", id, target, m.readOnly(), readonly)
+		ro, err := mountReadOnly(target)
+		if err != nil {
+			return nil, internalError(err, "check target_path")
+		}
+		if ro != readonly {
+			return nil, alreadyExists("volume %s is already published at %s with readonly=%t, this request asks for readonly=%t", id, target, ro, readonly)
 		}
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
@@ -222,8 +231,12 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		if staging != "" {
 			skip = append(skip, resolvePath(staging))
 		}
+		refs, err := d.mounter.mountsOf(dir)
+		if err != nil {
+			return nil, internalError(err, "read mount table")
+		}
 		var others []string
-		for _, p := range mountsOf(mounts, dir) {
+		for _, p := range refs {
 			if !slices.Contains(skip, p) {
 				others = append(others, p)
 			}
@@ -237,7 +250,13 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, internalError(err, "prepare target_path")
 	}
-	if err := bindMount(source, target, readonly, flags); err != nil {
+	// The capability's mount_flags go to the bind as they are ("ro",
+	// "nosuid", ...), validated by nodeCapability.
+	opts := append([]string{"bind"}, vc.GetMount().GetMountFlags()...)
+	if readonly {
+		opts = append(opts, "ro")
+	}
+	if err := d.mounter.Mount(source, target, "", opts); err != nil {
 		if created {
 			os.Remove(target)
 		}
@@ -258,17 +277,15 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
-	if err := unmountAll(target); err != nil {
-		return nil, internalError(err, "unpublish volume %s", id)
-	}
-	// Remove, never RemoveAll: if the path still has content it is not our
-	// mount, and deleting it could destroy data.
-	switch err := os.Remove(target); {
-	case err == nil, errors.Is(err, fs.ErrNotExist):
+	// CleanupMountPoint unmounts and then removes target_path with
+	// os.Remove, never RemoveAll: if the path still has content it is not
+	// our mount, and deleting it could destroy data.
+	switch err := mount.CleanupMountPoint(target, d.mounter, true); {
+	case err == nil:
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
 		return nil, failedPrecondition("target_path %s is not a mount point but is not empty; refusing to delete its content", target)
 	default:
-		return nil, internalError(err, "remove target_path")
+		return nil, internalError(err, "unpublish volume %s", id)
 	}
 	d.log.Info("unpublished volume", "volume", id, "targetPath", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil

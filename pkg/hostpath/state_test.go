@@ -28,6 +28,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"long node id", func(o *Options) { o.NodeID = strings.Repeat("n", 129) }, "NodeID is 129 bytes"},
 		{"no base path", func(o *Options) { o.BasePath = "" }, "BasePath is required"},
 		{"relative base path", func(o *Options) { o.BasePath = "data" }, "BasePath \"data\" must be an absolute path"},
+		{"base path with a space", func(o *Options) { o.BasePath = "/var/lib/my data" }, "must not contain a space"},
+		{"base path with a backslash", func(o *Options) { o.BasePath = `/var/lib/a\b` }, "must not contain a space"},
 		{"negative max volumes", func(o *Options) { o.MaxVolumesPerNode = -1 }, "MaxVolumesPerNode -1"},
 	}
 	for _, tc := range tests {

@@ -16,6 +16,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -155,8 +156,23 @@ func TestNodeLabels(t *testing.T) {
 func TestNodeLabelsVerbatimKey(t *testing.T) {
 	c := deployed(t)
 	createNodes(t, c)
-	config := deployedConfig(t, func(s string) string {
-		return strings.Replace(s, "- topologyKey: zone\n", "- topologyKey: "+zoneLabel+"\n", 1)
+	config := deployedConfig(t, func(cfg map[string]any) {
+		rules, _, err := unstructured.NestedSlice(cfg, "proxy", "nodeTopology", "fromRegexp")
+		if err != nil || len(rules) == 0 {
+			t.Fatalf("deployed config has no proxy.nodeTopology.fromRegexp: %v", err)
+		}
+		edited := false
+		for _, r := range rules {
+			if rule, ok := r.(map[string]any); ok && rule["topologyKey"] == "zone" {
+				rule["topologyKey"], edited = zoneLabel, true
+			}
+		}
+		if !edited {
+			t.Fatal("deployed config has no fromRegexp rule with topologyKey zone")
+		}
+		if err := unstructured.SetNestedSlice(cfg, rules, "proxy", "nodeTopology", "fromRegexp"); err != nil {
+			t.Fatal(err)
+		}
 	})
 	p := startNodePlugin(t, c, "worker-zone2-b", c.token(t, Namespace, "proxy-topology-node"), config)
 	p.ready(t)

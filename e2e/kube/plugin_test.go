@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 )
@@ -117,7 +118,7 @@ func (p *plugin) exit(t *testing.T, timeout time.Duration) int {
 
 // deployedConfig writes the main config from deploy/kubernetes' ConfigMap,
 // as the pods see it at /etc/proxy-topology/proxy.yaml, optionally edited.
-func deployedConfig(t *testing.T, edit func(string) string) string {
+func deployedConfig(t *testing.T, edit func(cfg map[string]any)) string {
 	t.Helper()
 	var cfg string
 	for _, o := range kustomizeBuild(t) {
@@ -129,7 +130,18 @@ func deployedConfig(t *testing.T, edit func(string) string) string {
 		t.Fatal("deploy/kubernetes has no ConfigMap proxy-topology-config with proxy.yaml")
 	}
 	if edit != nil {
-		cfg = edit(cfg)
+		// Edited as data, never as text: a reformatted ConfigMap must not
+		// make an edit silently miss.
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(cfg), &doc); err != nil {
+			t.Fatalf("proxy.yaml of proxy-topology-config: %v", err)
+		}
+		edit(doc)
+		out, err := yaml.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = string(out)
 	}
 	path := filepath.Join(t.TempDir(), "proxy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

@@ -1,0 +1,112 @@
+// Package docref checks that the documentation points at code that exists:
+// every test a doc names as proof (`path/x_test.go:TestName`) is defined
+// in that file's package, and every repository path it links to is there.
+// A renamed or deleted test otherwise leaves docs/reliability.md claiming a
+// proof that no longer runs.
+package docref
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// root is the repository root, two folders up from this package.
+const root = "../.."
+
+// docs returns README.md and every docs/*.md, relative to root.
+func docs(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join(root, "README.md"))
+	if len(files) < 2 {
+		t.Fatalf("no docs found under %s", root)
+	}
+	return files
+}
+
+var (
+	// proofRef is `dir/file_test.go:TestA` optionally followed by
+	// `, `TestB`` names of the same package.
+	proofRef = regexp.MustCompile("`([\\w./-]+_test\\.go):((?:Test|Fuzz|Benchmark)\\w+)`((?:,\\s*`(?:Test|Fuzz|Benchmark)\\w+`)*)")
+	moreName = regexp.MustCompile("`((?:Test|Fuzz|Benchmark)\\w+)`")
+	// mdLink is a relative Markdown link to a file of the repository.
+	mdLink = regexp.MustCompile(`\]\(([^)#:\s]+)(?:#[^)]*)?\)`)
+)
+
+// defined reports whether a func named name is declared in a _test.go
+// file of dir.
+func defined(t *testing.T, dir, name string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decl := regexp.MustCompile(`(?m)^func ` + regexp.QuoteMeta(name) + `\(`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if decl.Match(b) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestProofsExist(t *testing.T) {
+	checked := 0
+	for _, doc := range docs(t) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := filepath.Rel(root, doc)
+		for _, m := range proofRef.FindAllStringSubmatch(string(b), -1) {
+			file := m[1]
+			if !strings.Contains(file, "/") {
+				continue // a bare file name continues the previous reference's folder
+			}
+			path := filepath.Join(root, file)
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s names %s, which does not exist", name, file)
+				continue
+			}
+			names := []string{m[2]}
+			for _, more := range moreName.FindAllStringSubmatch(m[3], -1) {
+				names = append(names, more[1])
+			}
+			for _, n := range names {
+				checked++
+				if !defined(t, filepath.Dir(path), n) {
+					t.Errorf("%s names %s:%s, but no test of that name is in %s", name, file, n, filepath.Dir(file))
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d test references found in the docs; the pattern no longer matches how they are written", checked)
+	}
+}
+
+func TestLinksExist(t *testing.T) {
+	for _, doc := range docs(t) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := filepath.Rel(root, doc)
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target := filepath.Join(filepath.Dir(doc), m[1])
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s links to %s, which does not exist", name, m[1])
+			}
+		}
+	}
+}

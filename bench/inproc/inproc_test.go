@@ -1,5 +1,4 @@
-// Package inproc benchmarks the three paths of ptbench inside one test
-// process: the numbers are less realistic than ptbench's (every server
+// Package inproc benchmarks the paths of ptbench inside one test process: the numbers are less realistic than ptbench's (every server
 // shares one Go runtime) but allocations per call are exact, which makes
 // this the tool for chasing the proxy's per-call garbage:
 //
@@ -23,6 +22,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/bench/noop"
 	"github.com/democratic-csi/proxy-topology/bench/rawproxy"
+	"github.com/democratic-csi/proxy-topology/bench/typedproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -50,8 +50,8 @@ func serve(b *testing.B, srv *grpc.Server, sock string) *grpc.ClientConn {
 	return cc
 }
 
-// paths starts the no-op upstream, the raw forwarder and the proxy (one
-// connection, "c00000") and returns a client connection to each.
+// paths starts the no-op upstream, the raw and typed forwarders and the
+// proxy (one connection, "c00000") and returns a client connection to each.
 func paths(b *testing.B) map[string]*grpc.ClientConn {
 	dir, err := os.MkdirTemp("", "inproc")
 	if err != nil {
@@ -71,6 +71,13 @@ func paths(b *testing.B) map[string]*grpc.ClientConn {
 	}
 	b.Cleanup(func() { rawCC.Close() })
 	out["raw"] = serve(b, rawSrv, filepath.Join(dir, "raw.sock"))
+
+	typedSrv, typedCC, err := typedproxy.New("unix://" + noopSock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { typedCC.Close() })
+	out["typed"] = serve(b, typedSrv, filepath.Join(dir, "typed.sock"))
 
 	folder := filepath.Join(dir, "connections")
 	if err := os.Mkdir(folder, 0o755); err != nil {
@@ -98,7 +105,7 @@ func paths(b *testing.B) map[string]*grpc.ClientConn {
 	return out
 }
 
-var order = []string{"direct", "raw", "proxy"}
+var order = []string{"direct", "raw", "typed", "proxy"}
 
 func createRequest(name string) *csi.CreateVolumeRequest {
 	zone := &csi.Topology{Segments: map[string]string{prefix + "/zone": "zone1"}}

@@ -14,9 +14,10 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/bench/noop"
 	"github.com/democratic-csi/proxy-topology/bench/rawproxy"
+	"github.com/democratic-csi/proxy-topology/bench/typedproxy"
 )
 
-// The no-op upstream and the raw forwarder run as child processes of the
+// The no-op upstream and the two forwarders run as child processes of the
 // benchmark, like proxy-topology itself, so that each server on the path
 // has a Go runtime of its own and none shares the load generator's.
 
@@ -52,22 +53,18 @@ func noopMain(args []string) int {
 	return serveUntilSignal(srv, lis)
 }
 
-// rawMain serves the raw forwarder: ptbench raw -listen PATH -upstream TARGET.
-func rawMain(args []string) int {
-	fs := flag.NewFlagSet("raw", flag.ExitOnError)
+// forwarderMain serves a forwarder built by newServer: ptbench raw|typed
+// -listen PATH -upstream TARGET [-pprof-address ADDR].
+func forwarderMain(name string, args []string, newServer func(upstream string) (*grpc.Server, *grpc.ClientConn, error)) int {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	listen := fs.String("listen", "", "unix socket path")
 	up := fs.String("upstream", "", "gRPC target to forward to, e.g. unix:///path")
 	pprofAddr := fs.String("pprof-address", "", "serve net/http/pprof here (for ptbench -profile)")
-	workers := fs.Uint("workers", 0, "grpc.NumStreamWorkers; 0: a goroutine per call")
 	_ = fs.Parse(args)
 	if *pprofAddr != "" {
 		go func() { _ = http.ListenAndServe(*pprofAddr, nil) }()
 	}
-	var opts []grpc.ServerOption
-	if *workers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(*workers)))
-	}
-	srv, cc, err := rawproxy.New(*up, opts...)
+	srv, cc, err := newServer(*up)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -79,4 +76,14 @@ func rawMain(args []string) int {
 		return 1
 	}
 	return serveUntilSignal(srv, lis)
+}
+
+// rawMain serves the raw forwarder (bench/rawproxy).
+func rawMain(args []string) int {
+	return forwarderMain("raw", args, func(up string) (*grpc.Server, *grpc.ClientConn, error) { return rawproxy.New(up) })
+}
+
+// typedMain serves the typed forwarder (bench/typedproxy).
+func typedMain(args []string) int {
+	return forwarderMain("typed", args, func(up string) (*grpc.Server, *grpc.ClientConn, error) { return typedproxy.New(up) })
 }

@@ -1,9 +1,14 @@
-// Command ptbench measures what proxy-topology costs on top of the
-// unavoidable cost of one extra gRPC hop. In one run it starts a no-op CSI
-// upstream, a raw byte-forwarding gRPC proxy (the floor) and the real
-// proxy-topology binary, measures the three paths in interleaved rounds,
-// checks scale with 10,000 connection files, Probe latency and memory, runs
-// the rule-evaluation and requirement-matching micro-benchmarks, writes
+// Command ptbench measures what proxy-topology costs on top of what any
+// CSI proxy has to pay. In one run it starts a no-op CSI upstream, a typed
+// forwarder (bench/typedproxy: decode, forward, encode with the generated
+// CSI types and no logic; the floor of the targets), a raw byte forwarder
+// (bench/rawproxy: no decoding at all; reported) and the real
+// proxy-topology binary, and measures the paths in interleaved rounds. It
+// also measures a burst of CreateVolume+DeleteVolume pairs to the built-in
+// local-hostpath driver with and without the proxy, scale with 10,000
+// connection files, Probe latency, the idle memory of the node plugin and
+// the controller and the memory per cached connection, runs the
+// rule-evaluation and requirement-matching micro-benchmarks, writes
 // bench/results.json and prints one line per target. It exits non-zero when
 // a target is missed. See docs/performance.md.
 package main
@@ -26,6 +31,8 @@ func main() {
 			os.Exit(noopMain(os.Args[2:]))
 		case "raw":
 			os.Exit(rawMain(os.Args[2:]))
+		case "typed":
+			os.Exit(typedMain(os.Args[2:]))
 		}
 	}
 	os.Exit(benchMain(os.Args[1:]))
@@ -44,27 +51,24 @@ type options struct {
 	conc              int
 	connections       int
 	probeN            int
-	microTime         string
-	keep              bool
-	proxyBin          string
+	// burstRounds rounds of burstPairs CreateVolume+DeleteVolume pairs
+	// at burstConc, to local-hostpath with and without the proxy.
+	burstRounds, burstPairs, burstConc int
+	// nodeRules is the number of fromRegexp rules of the node plugin.
+	nodeRules int
+	microTime string
+	keep      bool
+	proxyBin  string
 	// profile, when set, replaces the measurements: CPU and allocation
-	// profiles of the raw forwarder and the proxy under load go into this
-	// directory.
+	// profiles of the raw and typed forwarders and the proxy under load go
+	// into this directory.
 	profile        string
 	profileSeconds int
-	rawWorkers     int
-	// rawEnv is added to the raw forwarder's environment (experiments,
-	// e.g. GOGC=475 to give the floor the proxy's GC pace).
-	rawEnv string
 	// compare is another proxy-topology binary measured as the path
 	// "compare" next to "proxy", for A/B tests of a change.
 	compare string
-	// rawShared adds the path "raw-shared" at concurrency 1: the raw
-	// forwarder run from the benchmark's own binary, which the load
-	// generator and the no-op upstream run too ("raw" runs from a copy).
-	rawShared bool
-	// methods are measured on the three paths; skip leaves parts out
-	// (for experiments: the targets of a skipped part MISS).
+	// methods are measured on the paths; skip leaves parts out (for
+	// experiments: the targets of a skipped part MISS as not measured).
 	methods []string
 	skip    map[string]bool
 }
@@ -80,18 +84,23 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.conc, "concurrency", 64, "the high concurrency")
 	fs.IntVar(&o.connections, "connections", 10000, "connection files for the scale and memory measurements")
 	fs.IntVar(&o.probeN, "probe-n", 25, "Probe calls per path per round")
+	fs.IntVar(&o.burstRounds, "burst-rounds", 3, "interleaved rounds of the local-hostpath burst")
+	fs.IntVar(&o.burstPairs, "burst-pairs", 1000, "CreateVolume+DeleteVolume pairs per path per burst")
+	fs.IntVar(&o.burstConc, "burst-concurrency", 100, "concurrency of the burst")
+	fs.IntVar(&o.nodeRules, "node-rules", 50, "fromRegexp rules of the node plugin whose idle memory is measured (even, at most 200)")
 	fs.StringVar(&o.microTime, "benchtime", "1s", "go test -benchtime for the micro-benchmarks")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, sockets, process logs)")
 	fs.StringVar(&o.proxyBin, "proxy-bin", "", "use this proxy-topology binary instead of building one")
 	fs.StringVar(&o.profile, "profile", "", "instead of measuring, write CPU and allocation profiles of the proxy under load into this directory")
-	fs.IntVar(&o.rawWorkers, "raw-workers", 0, "grpc.NumStreamWorkers of the raw forwarder; 0: a goroutine per call, as proxy-topology serves")
-	fs.StringVar(&o.rawEnv, "raw-env", "", "comma-separated KEY=VALUE added to the raw forwarder's environment, for experiments (e.g. GOGC=475); the targets assume it empty")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 15, "how long each -profile load runs")
-	fs.BoolVar(&o.rawShared, "raw-shared", true, "also measure, at concurrency 1, the raw forwarder run from this binary itself (path raw-shared), whose code the load generator and the no-op upstream share; the floor of the targets (raw) runs from a copy")
 	fs.StringVar(&o.compare, "compare", "", "another proxy-topology binary, measured as one more path (compare) in the same rounds: an A/B test of a change")
-	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the three paths")
-	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, scale, micro")
+	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the paths")
+	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, burst, scale, micro")
 	_ = fs.Parse(args)
+	if o.nodeRules < 2 || o.nodeRules%2 != 0 || o.nodeRules > 200 {
+		fmt.Fprintln(os.Stderr, "ptbench: -node-rules must be even, from 2 to 200")
+		return 2
+	}
 	o.methods = strings.Split(*methods, ",")
 	o.skip = map[string]bool{}
 	for _, s := range strings.Split(*skip, ",") {
@@ -120,6 +129,9 @@ func benchMain(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ptbench:", err)
 		return 1
+	}
+	for _, t := range res.Reported {
+		fmt.Println(t.Line())
 	}
 	for _, t := range res.Targets {
 		fmt.Println(t.Line())
@@ -198,8 +210,8 @@ func runProfile(o options) error {
 func run(o options) (*Results, error) {
 	res := &Results{Time: time.Now().UTC(), Machine: machineInfo(), Settings: settings(o)}
 	fmt.Printf("machine: %d CPUs, %s, %s, load average %s\n", res.Machine.NumCPU, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.LoadStart)
-	fmt.Printf("settings: per path, %d rounds x %d calls at c=1 (Probe: x %d), %d rounds x %d calls at c=%d; %d connection files\n",
-		o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections)
+	fmt.Printf("settings: per path, %d rounds x %d calls at c=1 (Probe: x %d), %d rounds x %d calls at c=%d; %d connection files; burst %d rounds x %d pairs at c=%d; %d node rules\n",
+		o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections, o.burstRounds, o.burstPairs, o.burstConc, o.nodeRules)
 	root, dir, bin, cleanup, err := setup(&o)
 	if err != nil {
 		return nil, err
@@ -223,7 +235,7 @@ func run(o options) (*Results, error) {
 		res.Micro, err = microBenchmarks(root, o.microTime)
 	}
 	res.Machine.LoadEnd = loadAvg()
-	res.Targets = targets(res)
+	res.Targets, res.Reported = targets(res)
 	return res, err
 }
 

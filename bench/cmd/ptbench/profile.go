@@ -50,10 +50,10 @@ func fetch(ctx context.Context, url, file string) error {
 	return f.Close()
 }
 
-// profile drives each method through the raw forwarder and the
-// one-connection proxy at concurrency 1 and the high concurrency, taking a
-// CPU profile of the serving process and its allocation profile before and
-// after, into dir:
+// profile drives each method through the raw and typed forwarders and the
+// one-connection proxy, one after the other, at concurrency 1 and the high
+// concurrency, taking a CPU profile of the serving process and its
+// allocation profile before and after, into dir:
 //
 //	go tool pprof -top cpu-proxy-CreateVolume-c64.pprof
 //	go tool pprof -sample_index=alloc_space -diff_base allocs-proxy-CreateVolume-c64-before.pprof -top allocs-proxy-CreateVolume-c64-after.pprof
@@ -63,9 +63,9 @@ func (b *bench) profile(ctx context.Context, dir string, seconds int) error {
 	}
 	time.Sleep(time.Until(b.written.Add(2500 * time.Millisecond)))
 	targets := []struct {
-		name, addr, conn string
-		p                *proc
-	}{{"raw", b.rawPprofAddress, "", b.raw}, {"proxy", b.pprofAddress, connName(0), b.p1}}
+		name, conn string
+		p          *proc
+	}{{"raw", "", b.raw}, {"typed", "", b.typed}, {"proxy", connName(0), b.p1}}
 	for _, method := range b.o.methods {
 		for _, conc := range []int{1, b.o.conc} {
 			if b.o.skip["c"+fmt.Sprint(conc)] {
@@ -77,7 +77,7 @@ func (b *bench) profile(ctx context.Context, dir string, seconds int) error {
 					call = createVolume(t.p, 9, func(int) string { return connName(0) })
 				}
 				tag := fmt.Sprintf("%s-%s-c%d", t.name, method, conc)
-				n, cpu, err := profileOne(ctx, "http://"+t.addr+"/debug/pprof/", dir, tag, seconds, conc, call, t.p)
+				n, cpu, err := profileOne(ctx, "http://"+b.pprof[t.name]+"/debug/pprof/", dir, tag, seconds, conc, call, t.p)
 				if err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -25,14 +26,23 @@ type Results struct {
 	Revision string         `json:"revision"`
 	Machine  Machine        `json:"machine"`
 	Settings map[string]any `json:"settings"`
-	// Paths: direct, raw and proxy for each method and concurrency.
+	// Paths: direct, raw, typed and proxy for each method and concurrency.
 	Paths []PathResult `json:"paths"`
-	// Scale: CreateVolume with one connection file vs many, raw as the
+	// Burst: CreateVolume+DeleteVolume pairs to local-hostpath, direct and
+	// through the proxy; the errors are failed pairs, the volumes left
+	// what ListVolumes still showed afterwards.
+	Burst            []PathResult `json:"burst"`
+	BurstErrors      int64        `json:"burst_errors"`
+	BurstFirstError  string       `json:"burst_first_error,omitempty"`
+	BurstVolumesLeft int          `json:"burst_volumes_left"`
+	// Scale: CreateVolume with one connection file vs many, typed as the
 	// drift reference.
 	Scale   []PathResult `json:"scale"`
 	Memory  Memory       `json:"memory"`
 	Micro   []Micro      `json:"micro"`
 	Targets []Target     `json:"targets"`
+	// Reported are ratios without a goal (proxy over the raw forwarder).
+	Reported []Target `json:"reported"`
 }
 
 // Machine describes where the run happened.
@@ -53,18 +63,25 @@ type PathResult struct {
 	load.Stats
 }
 
-// Memory is the proxy's resident set size.
+// Memory is proxy-topology's resident set size (VmRSS), in KiB.
 type Memory struct {
-	// IdleKiB: the many-connection process, started and never called.
-	IdleKiB int64 `json:"idle_kib"`
-	// IdleOneConnectionKiB: the one-connection process, idle.
+	// ControllerIdleKiB: the controller (--mode controller) with
+	// Connections connection files, started and never called.
+	ControllerIdleKiB int64 `json:"controller_idle_kib"`
+	// NodeIdleKiB: the node plugin (--mode node) with NodeRules
+	// node-topology rules, idle.
+	NodeIdleKiB int64 `json:"node_idle_kib"`
+	NodeRules   int   `json:"node_rules"`
+	// IdleOneConnectionKiB: proxy-1 (--mode all, one connection file),
+	// idle.
 	IdleOneConnectionKiB int64 `json:"idle_one_connection_kib"`
-	// LoadedKiB: after every connection was loaded once.
+	// LoadedKiB: the controller after every connection was loaded once.
 	LoadedKiB int64 `json:"loaded_kib"`
-	// PeakKiB and RawPeakKiB: VmHWM (the highest VmRSS so far) of the
-	// one-connection proxy and of the raw forwarder after the calls at
-	// both concurrencies; 0 when not measured.
+	// PeakKiB, TypedPeakKiB and RawPeakKiB: VmHWM (the highest VmRSS so
+	// far) of proxy-1 and of the two forwarders after the calls at both
+	// concurrencies.
 	PeakKiB            int64   `json:"peak_kib,omitempty"`
+	TypedPeakKiB       int64   `json:"typed_peak_kib,omitempty"`
 	RawPeakKiB         int64   `json:"raw_peak_kib,omitempty"`
 	Connections        int     `json:"connections"`
 	PerConnectionBytes float64 `json:"per_connection_bytes"`
@@ -80,40 +97,67 @@ type Micro struct {
 	AllocsPerOp int64   `json:"allocs_per_op"`
 }
 
-// Target is one goal with its measured value.
+// Target is one goal with its measured value; without Op it is a value
+// reported with no goal.
 type Target struct {
 	Name  string  `json:"name"`
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit,omitempty"`
 	// Op is "<=" or ">=".
-	Op   string  `json:"op"`
-	Goal float64 `json:"goal"`
+	Op   string  `json:"op,omitempty"`
+	Goal float64 `json:"goal,omitempty"`
 	OK   bool    `json:"ok"`
+	// NotMeasured: the run skipped or failed what the value comes from;
+	// a target then misses.
+	NotMeasured bool `json:"not_measured,omitempty"`
 }
 
-// Line renders "target <name>: <value> (goal <goal>) ok|MISS".
+// Line renders "target <name>: <value> (goal <op> <goal>) ok|MISS", or for
+// a reported value "reported <name>: <value> (no goal)".
 func (t Target) Line() string {
+	value := t.format(t.Value)
+	if t.NotMeasured {
+		value = "not measured"
+	}
+	if t.Op == "" {
+		return fmt.Sprintf("reported %s: %s (no goal)", t.Name, value)
+	}
 	verdict := "ok"
 	if !t.OK {
 		verdict = "MISS"
 	}
-	return fmt.Sprintf("target %s: %s (goal %s %s) %s", t.Name, t.format(t.Value), t.Op, t.format(t.Goal), verdict)
+	return fmt.Sprintf("target %s: %s (goal %s %s) %s", t.Name, value, t.Op, t.format(t.Goal), verdict)
 }
 
 func (t Target) format(v float64) string {
-	s := strconv.FormatFloat(v, 'f', 3, 64)
-	if t.Unit != "" {
-		s = strconv.FormatFloat(v, 'f', 2, 64) + " " + t.Unit
+	switch t.Unit {
+	case "":
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	case "errors":
+		return strconv.FormatFloat(v, 'f', 0, 64) + " " + t.Unit
 	}
-	return s
+	return strconv.FormatFloat(v, 'f', 2, 64) + " " + t.Unit
 }
 
+// target checks value against goal; a NaN value (see ratio) was not
+// measured and misses.
 func target(name string, value float64, unit, op string, goal float64) Target {
+	if math.IsNaN(value) {
+		return Target{Name: name, Unit: unit, Op: op, Goal: goal, NotMeasured: true}
+	}
 	ok := value <= goal
 	if op == ">=" {
 		ok = value >= goal
 	}
 	return Target{Name: name, Value: value, Unit: unit, Op: op, Goal: goal, OK: ok}
+}
+
+// reported is a value with no goal, so nothing to miss.
+func reported(name string, value float64) Target {
+	if math.IsNaN(value) {
+		return Target{Name: name, NotMeasured: true, OK: true}
+	}
+	return Target{Name: name, Value: value, OK: true}
 }
 
 func find(list []PathResult, method string, conc int, path string) load.Stats {
@@ -125,34 +169,71 @@ func find(list []PathResult, method string, conc int, path string) load.Stats {
 	return load.Stats{}
 }
 
+// ratio is a/b, or NaN when either was not measured (is 0).
 func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
+	if a == 0 || b == 0 {
+		return math.NaN()
 	}
 	return a / b
 }
 
-// targets evaluates the goals of issue 7.
-func targets(res *Results) []Target {
-	var out []Target
+// positive is v, or NaN when it was not measured (is 0 or less).
+func positive(v float64) float64 {
+	if v <= 0 {
+		return math.NaN()
+	}
+	return v
+}
+
+// targets evaluates the goals of issue 17, and the ratios it asks to be
+// reported without a goal.
+func targets(res *Results) (goals, reports []Target) {
 	conc := res.Settings["concurrency"].(int)
-	for _, method := range []string{"CreateVolume", "NodeGetVolumeStats"} {
-		for _, c := range []int{1, conc} {
-			p, r := find(res.Paths, method, c, "proxy"), find(res.Paths, method, c, "raw")
-			out = append(out, target(fmt.Sprintf("%s_c%d_p50_proxy_over_raw", strings.ToLower(method), c), ratio(p.P50us, r.P50us), "", "<=", 1.25))
+	methods := []string{"CreateVolume", "NodeGetVolumeStats"}
+	for _, floor := range []string{"typed", "raw"} {
+		for _, method := range methods {
+			for _, c := range []int{1, conc} {
+				p, f := find(res.Paths, method, c, "proxy"), find(res.Paths, method, c, floor)
+				name := fmt.Sprintf("%s_c%d_p50_proxy_over_%s", strings.ToLower(method), c, floor)
+				if floor == "typed" {
+					goals = append(goals, target(name, ratio(p.P50us, f.P50us), "", "<=", 1.10))
+				} else {
+					reports = append(reports, reported(name, ratio(p.P50us, f.P50us)))
+				}
+			}
+		}
+		for _, method := range methods {
+			p, f := find(res.Paths, method, conc, "proxy"), find(res.Paths, method, conc, floor)
+			name := fmt.Sprintf("%s_c%d_throughput_proxy_over_%s", strings.ToLower(method), conc, floor)
+			if floor == "typed" {
+				goals = append(goals, target(name, ratio(p.Throughput, f.Throughput), "", ">=", 0.90))
+			} else {
+				reports = append(reports, reported(name, ratio(p.Throughput, f.Throughput)))
+			}
 		}
 	}
-	for _, method := range []string{"CreateVolume", "NodeGetVolumeStats"} {
-		p, r := find(res.Paths, method, conc, "proxy"), find(res.Paths, method, conc, "raw")
-		out = append(out, target(fmt.Sprintf("%s_c%d_throughput_proxy_over_raw", strings.ToLower(method), conc), ratio(p.Throughput, r.Throughput), "", ">=", 0.80))
+	bc := res.Settings["burst_concurrency"].(int)
+	bp, bd := find(res.Burst, "CreateVolume+DeleteVolume", bc, "proxy"), find(res.Burst, "CreateVolume+DeleteVolume", bc, "direct")
+	goals = append(goals, target(fmt.Sprintf("burst_c%d_throughput_proxy_over_direct", bc), ratio(bp.Throughput, bd.Throughput), "", ">=", 0.90))
+	burstErrors := float64(res.BurstErrors)
+	if len(res.Burst) == 0 {
+		burstErrors = math.NaN()
 	}
-	many := find(res.Scale, "CreateVolume", 1, fmt.Sprintf("proxy-%d", res.Memory.Connections))
+	goals = append(goals, target("burst_errors", burstErrors, "errors", "<=", 0))
+
+	m := res.Memory
+	goals = append(goals, target(fmt.Sprintf("rss_idle_node_%d_rules", m.NodeRules), positive(float64(m.NodeIdleKiB))/1024, "MiB", "<=", 30))
+	goals = append(goals, target("rss_idle_controller", positive(float64(m.ControllerIdleKiB))/1024, "MiB", "<=", 30))
+	perConn := math.NaN()
+	if m.LoadedKiB > 0 {
+		perConn = m.PerConnectionBytes / 1024
+	}
+	goals = append(goals, target("rss_per_cached_connection", perConn, "KiB", "<=", 8))
+	many := find(res.Scale, "CreateVolume", 1, fmt.Sprintf("proxy-%d", m.Connections))
 	one := find(res.Scale, "CreateVolume", 1, "proxy-1")
-	out = append(out, target(fmt.Sprintf("createvolume_p50_%d_over_1_connections", res.Memory.Connections), ratio(many.P50us, one.P50us), "", "<=", 1.10))
-	out = append(out, target("probe_p99", find(res.Paths, "Probe", 1, "proxy").P99us/1000, "ms", "<=", 1))
-	out = append(out, target("rss_idle", float64(res.Memory.IdleKiB)/1024, "MiB", "<=", 40))
-	out = append(out, target("rss_per_cached_connection", res.Memory.PerConnectionBytes/1024, "KiB", "<=", 8))
-	return out
+	goals = append(goals, target(fmt.Sprintf("createvolume_p50_%d_over_1_connections", m.Connections), ratio(many.P50us, one.P50us), "", "<=", 1.10))
+	goals = append(goals, target("probe_p99", positive(find(res.Paths, "Probe", 1, "proxy").P99us)/1000, "ms", "<=", 1))
+	return goals, reports
 }
 
 func printReport(w io.Writer, res *Results) {
@@ -160,21 +241,30 @@ func printReport(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "machine: %d CPUs, %s, %s, %s; load average %s at start, %s at end\n",
 		res.Machine.NumCPU, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.Kernel, res.Machine.LoadStart, res.Machine.LoadEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	table := func(title string, rows []PathResult, ref string) {
+	// table prints rows with their p50 and throughput over each of refs.
+	table := func(title string, rows []PathResult, refs ...string) {
 		fmt.Fprintf(w, "\n%s\n", title)
-		fmt.Fprintf(tw, "method\tc\tpath\tcalls\tp50 µs\tp99 µs\tcalls/s\tp50/%s\tcalls/s / %s\tserver CPU µs/call\t\n", ref, ref)
+		fmt.Fprintf(tw, "method\tc\tpath\tcalls\tp50 µs\tp99 µs\tcalls/s\t")
+		for _, ref := range refs {
+			fmt.Fprintf(tw, "p50/%s\tcalls/s / %s\t", ref, ref)
+		}
+		fmt.Fprintf(tw, "server CPU µs/call\t\n")
 		for _, r := range rows {
-			base := find(rows, r.Method, r.Concurrency, ref)
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.1f\t%.0f\t%.3f\t%.3f\t%.1f\t\n", r.Method, r.Concurrency, r.Path, r.N,
-				r.P50us, r.P99us, r.Throughput, ratio(r.P50us, base.P50us), ratio(r.Throughput, base.Throughput), r.CPUus)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.1f\t%.0f\t", r.Method, r.Concurrency, r.Path, r.N, r.P50us, r.P99us, r.Throughput)
+			for _, ref := range refs {
+				base := find(rows, r.Method, r.Concurrency, ref)
+				fmt.Fprintf(tw, "%.3f\t%.3f\t", ratio(r.P50us, base.P50us), ratio(r.Throughput, base.Throughput))
+			}
+			fmt.Fprintf(tw, "%.1f\t\n", r.CPUus)
 		}
 		tw.Flush()
 	}
-	table("paths (interleaved rounds)", res.Paths, "raw")
-	for _, method := range []string{"CreateVolume", "NodeGetVolumeStats"} {
-		if sh := find(res.Paths, method, 1, "raw-shared"); sh.P50us > 0 {
-			fmt.Fprintf(w, "%s c=1 against the floor run from the benchmark's own binary (raw-shared, not a target): p50 proxy/raw-shared %.3f\n",
-				method, ratio(find(res.Paths, method, 1, "proxy").P50us, sh.P50us))
+	table("paths (interleaved rounds)", res.Paths, "typed", "raw")
+	if len(res.Burst) > 0 {
+		table("burst to local-hostpath (interleaved rounds; a call is a CreateVolume+DeleteVolume pair)", res.Burst, "direct")
+		fmt.Fprintf(w, "failed pairs: %d; volumes left afterwards: %d\n", res.BurstErrors, res.BurstVolumesLeft)
+		if res.BurstFirstError != "" {
+			fmt.Fprintf(w, "first failure: %s\n", res.BurstFirstError)
 		}
 	}
 	if len(res.Scale) > 0 {
@@ -182,14 +272,18 @@ func printReport(w io.Writer, res *Results) {
 	}
 	m := res.Memory
 	fmt.Fprintf(w, "\nmemory (VmRSS of proxy-topology)\n")
-	fmt.Fprintf(tw, "idle, 1 connection file\t%.1f MiB\t\n", float64(m.IdleOneConnectionKiB)/1024)
-	fmt.Fprintf(tw, "idle, %d connection files\t%.1f MiB\t\n", m.Connections, float64(m.IdleKiB)/1024)
-	fmt.Fprintf(tw, "%d connections cached\t%.1f MiB\t\n", m.Connections, float64(m.LoadedKiB)/1024)
-	fmt.Fprintf(tw, "per cached connection\t%.0f B\t\n", m.PerConnectionBytes)
-	fmt.Fprintf(tw, "first load of %d connections\t%.2f s\t\n", m.Connections, m.LoadSeconds)
+	fmt.Fprintf(tw, "node plugin (--mode node, %d node-topology rules), idle\t%.1f MiB\t\n", m.NodeRules, float64(m.NodeIdleKiB)/1024)
+	fmt.Fprintf(tw, "controller (--mode controller, %d connection files), idle\t%.1f MiB\t\n", m.Connections, float64(m.ControllerIdleKiB)/1024)
+	fmt.Fprintf(tw, "--mode all, 1 connection file, idle\t%.1f MiB\t\n", float64(m.IdleOneConnectionKiB)/1024)
+	if m.LoadedKiB > 0 {
+		fmt.Fprintf(tw, "controller, %d connections cached\t%.1f MiB\t\n", m.Connections, float64(m.LoadedKiB)/1024)
+		fmt.Fprintf(tw, "per cached connection\t%.0f B\t\n", m.PerConnectionBytes)
+		fmt.Fprintf(tw, "first load of %d connections\t%.2f s\t\n", m.Connections, m.LoadSeconds)
+	}
 	if m.PeakKiB > 0 {
-		fmt.Fprintf(tw, "peak (VmHWM) after the calls, 1 connection\t%.1f MiB\t\n", float64(m.PeakKiB)/1024)
-		fmt.Fprintf(tw, "raw forwarder's peak (VmHWM) after the calls\t%.1f MiB\t\n", float64(m.RawPeakKiB)/1024)
+		fmt.Fprintf(tw, "peak (VmHWM) after the calls: proxy-1\t%.1f MiB\t\n", float64(m.PeakKiB)/1024)
+		fmt.Fprintf(tw, "typed forwarder\t%.1f MiB\t\n", float64(m.TypedPeakKiB)/1024)
+		fmt.Fprintf(tw, "raw forwarder\t%.1f MiB\t\n", float64(m.RawPeakKiB)/1024)
 	}
 	tw.Flush()
 	if len(res.Micro) > 0 {
@@ -215,10 +309,10 @@ func settings(o options) map[string]any {
 	return map[string]any{
 		"rounds_c1": o.rounds1, "calls_per_round_c1": o.n1, "rounds_high": o.rounds64, "calls_per_round_high": o.n64,
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
-		"benchtime": o.microTime, "raw_stream_workers": o.rawWorkers,
-		// The floor (raw) runs from a copy of the benchmark's binary;
-		// raw-shared, if measured, from the binary itself.
-		"raw_binary": "copy", "raw_shared_measured": o.rawShared,
+		"benchtime": o.microTime, "burst_rounds": o.burstRounds, "burst_pairs": o.burstPairs,
+		"burst_concurrency": o.burstConc, "node_rules": o.nodeRules,
+		// Both forwarders run from copies of the benchmark's binary.
+		"forwarder_binaries": "copies",
 	}
 }
 

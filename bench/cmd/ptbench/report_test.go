@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"maps"
+	"math"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/democratic-csi/proxy-topology/bench/load"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
 func TestParseBench(t *testing.T) {
@@ -34,14 +41,121 @@ func TestTargetLine(t *testing.T) {
 		t    Target
 		want string
 	}{
-		{target("a_ratio", 1.2345, "", "<=", 1.25), "target a_ratio: 1.234 (goal <= 1.250) ok"},
-		{target("a_ratio", 1.26, "", "<=", 1.25), "target a_ratio: 1.260 (goal <= 1.250) MISS"},
-		{target("tput", 0.79, "", ">=", 0.8), "target tput: 0.790 (goal >= 0.800) MISS"},
-		{target("rss", 20.5, "MiB", "<=", 40), "target rss: 20.50 MiB (goal <= 40.00 MiB) ok"},
+		{target("a_ratio", 1.0945, "", "<=", 1.10), "target a_ratio: 1.095 (goal <= 1.100) ok"},
+		{target("a_ratio", 1.26, "", "<=", 1.10), "target a_ratio: 1.260 (goal <= 1.100) MISS"},
+		{target("tput", 0.89, "", ">=", 0.9), "target tput: 0.890 (goal >= 0.900) MISS"},
+		{target("rss", 20.5, "MiB", "<=", 30), "target rss: 20.50 MiB (goal <= 30.00 MiB) ok"},
+		{target("burst_errors", 0, "errors", "<=", 0), "target burst_errors: 0 errors (goal <= 0 errors) ok"},
+		{target("burst_errors", 3, "errors", "<=", 0), "target burst_errors: 3 errors (goal <= 0 errors) MISS"},
+		{target("skipped", ratio(1, 0), "", "<=", 1.10), "target skipped: not measured (goal <= 1.100) MISS"},
+		{reported("raw_ratio", 1.3), "reported raw_ratio: 1.300 (no goal)"},
 	} {
 		if got := tt.t.Line(); got != tt.want {
 			t.Errorf("Line() = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// targets computes each goal from the right paths, and a part a run did
+// not measure misses instead of passing with a zero.
+func TestTargets(t *testing.T) {
+	stats := func(p50, tput float64) load.Stats {
+		return load.Stats{N: 1, P50us: p50, P99us: 2 * p50, Throughput: tput}
+	}
+	res := &Results{
+		Settings: map[string]any{"concurrency": 64, "burst_concurrency": 100},
+		Memory:   Memory{NodeIdleKiB: 20 << 10, NodeRules: 50, ControllerIdleKiB: 25 << 10, LoadedKiB: 80 << 10, Connections: 10000, PerConnectionBytes: 5000},
+		Burst: []PathResult{
+			{Method: "CreateVolume+DeleteVolume", Concurrency: 100, Path: "direct", Stats: stats(1000, 100)},
+			{Method: "CreateVolume+DeleteVolume", Concurrency: 100, Path: "proxy", Stats: stats(1100, 95)},
+		},
+		Scale: []PathResult{
+			{Method: "CreateVolume", Concurrency: 1, Path: "proxy-1", Stats: stats(100, 1)},
+			{Method: "CreateVolume", Concurrency: 1, Path: "proxy-10000", Stats: stats(105, 1)},
+		},
+	}
+	for _, m := range []string{"CreateVolume", "NodeGetVolumeStats"} {
+		for _, c := range []int{1, 64} {
+			res.Paths = append(res.Paths,
+				PathResult{Method: m, Concurrency: c, Path: "raw", Stats: stats(100, 1000)},
+				PathResult{Method: m, Concurrency: c, Path: "typed", Stats: stats(110, 900)},
+				PathResult{Method: m, Concurrency: c, Path: "proxy", Stats: stats(121, 800)})
+		}
+	}
+	res.Paths = append(res.Paths, PathResult{Method: "Probe", Concurrency: 1, Path: "proxy", Stats: stats(100, 1)})
+	goals, reports := targets(res)
+	got := map[string]Target{}
+	for _, g := range append(goals, reports...) {
+		got[g.Name] = g
+	}
+	for name, want := range map[string]struct {
+		value float64
+		ok    bool
+	}{
+		"createvolume_c1_p50_proxy_over_typed":         {1.1, true},
+		"nodegetvolumestats_c64_p50_proxy_over_typed":  {1.1, true},
+		"createvolume_c64_throughput_proxy_over_typed": {800.0 / 900, false},
+		"nodegetvolumestats_c1_p50_proxy_over_raw":     {1.21, true}, // reported: no goal to miss
+		"createvolume_c64_throughput_proxy_over_raw":   {0.8, true},
+		"burst_c100_throughput_proxy_over_direct":      {0.95, true},
+		"burst_errors":                                       {0, true},
+		"rss_idle_node_50_rules":                             {20, true},
+		"rss_idle_controller":                                {25, true},
+		"rss_per_cached_connection":                          {5000.0 / 1024, true},
+		"createvolume_p50_10000_over_1_connections":          {1.05, true},
+		"probe_p99":                                          {0.2, true},
+		"nodegetvolumestats_c64_throughput_proxy_over_typed": {800.0 / 900, false},
+	} {
+		g, ok := got[name]
+		if !ok || g.NotMeasured || math.Abs(g.Value-want.value) > 1e-9 || g.OK != want.ok {
+			t.Errorf("%s = %+v, want value %v ok %v", name, g, want.value, want.ok)
+		}
+	}
+	if len(goals) != 13 || len(reports) != 6 {
+		t.Errorf("%d goals and %d reported values, want 13 and 6", len(goals), len(reports))
+	}
+
+	// A run that skipped the burst, the scale part and Probe.
+	res.Burst, res.Scale, res.Memory.LoadedKiB = nil, nil, 0
+	res.Paths = res.Paths[:len(res.Paths)-1]
+	goals, _ = targets(res)
+	for _, g := range goals {
+		skipped := strings.HasPrefix(g.Name, "burst_") || strings.HasPrefix(g.Name, "createvolume_p50_") ||
+			g.Name == "rss_per_cached_connection" || g.Name == "probe_p99"
+		if skipped && (g.OK || !g.NotMeasured) {
+			t.Errorf("%s after a run without it: %+v, want not measured, missed", g.Name, g)
+		}
+	}
+}
+
+// The node plugin's config is valid, and what proxy-topology's own rule
+// evaluation makes of it is what ptbench expects NodeGetInfo to report.
+func TestNodeConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg, env, segments, err := writeNodeConfig(dir, "unix:///nowhere.sock", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segments) != 25 {
+		t.Fatalf("%d segments expected, want 25", len(segments))
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	loaded, err := config.LoadMainFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(loaded.Proxy.NodeTopology.FromRegexp); n != 50 {
+		t.Errorf("%d rules, want 50", n)
+	}
+	res := loaded.Topology.Evaluate(nodetopology.Gather(context.Background(), loaded.Topology, nodeName, nil))
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(res.Segments, segments) {
+		t.Errorf("evaluated %v\nwant %v", res.Segments, segments)
 	}
 }
 

@@ -122,16 +122,19 @@ func LoadMainFile(path string) (*Loaded, error) {
 }
 
 // LoadMain parses data (YAML) as a main config named name, applies env
-// overrides from environ, fills defaults and validates. The error names the
-// file, the key path and the reason.
+// overrides from environ, fills defaults and validates. Each problem is
+// blamed on where its value came from: "config <name>: <key>: <reason>"
+// for the file, "env <variable>: <key>: <reason>" for an override (the
+// file may be fine; the variable is what to fix).
 func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 	k := koanf.New(".")
 	if err := k.Load(rawbytes.Provider(data), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	known := knownKeys(reflect.TypeOf(Main{}), "")
-	if err := applyEnv(k, known, environ); err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
+	fromEnv, err := applyEnv(k, known, environ)
+	if err != nil {
+		return nil, err
 	}
 	var warnings []string
 	for _, key := range k.Keys() {
@@ -152,16 +155,26 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 		m.Driver = DriverProxy
 	}
 	l := &Loaded{Main: m, File: name, Warnings: warnings}
-	if err := l.validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
+	if err := l.validate(fromEnv); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
 
-func (l *Loaded) validate() error {
-	var errs []error
+// validate checks the merged config. fromEnv maps the keys an env override
+// set to the variable that set it: their problems name the variable, the
+// others the file (l.File).
+func (l *Loaded) validate(fromEnv map[string]string) error {
+	var fileErrs, envErrs []error
+	report := func(key string, err error) {
+		if v, ok := fromEnv[key]; ok {
+			envErrs = append(envErrs, fmt.Errorf("env %s: %w", v, err))
+		} else {
+			fileErrs = append(fileErrs, err)
+		}
+	}
 	add := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+		report(key, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	if l.CSIName != "" {
 		if err := ValidateCSIName(l.CSIName); err != nil {
@@ -193,7 +206,20 @@ func (l *Loaded) validate() error {
 		}
 		ev, err := nodetopology.Compile(l.Proxy.NodeTopology)
 		if err != nil {
-			errs = append(errs, err)
+			// A joined list of *FieldError; the scalar ones (type,
+			// prefix) can come from an override.
+			errs := []error{err}
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = j.Unwrap()
+			}
+			for _, e := range errs {
+				var fe *nodetopology.FieldError
+				if errors.As(e, &fe) {
+					report(fe.Path, e)
+				} else {
+					report("", e)
+				}
+			}
 		}
 		l.Topology = ev
 	case DriverLocalHostpath:
@@ -205,7 +231,11 @@ func (l *Loaded) validate() error {
 	default:
 		add("driver", "%q is not one of proxy, local-hostpath", l.Driver)
 	}
-	return errors.Join(errs...)
+	var errs []error
+	if len(fileErrs) > 0 {
+		errs = append(errs, fmt.Errorf("config %s: %w", l.File, errors.Join(fileErrs...)))
+	}
+	return errors.Join(append(errs, envErrs...)...)
 }
 
 // validateSecretRef checks "<namespace>/<name>": a namespace is a DNS
@@ -347,8 +377,10 @@ func unknownRuleKeys(name string, k *koanf.Koanf) []string {
 	return out
 }
 
-// applyEnv sets scalar keys from PROXY_TOPOLOGY_SET_* variables.
-func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) error {
+// applyEnv sets scalar keys from PROXY_TOPOLOGY_SET_* variables and
+// returns which variable set each key. Its errors name the variable, not
+// the file.
+func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) (fromEnv map[string]string, err error) {
 	byEnv := map[string]string{}
 	for key, t := range known {
 		switch t.Kind() {
@@ -356,6 +388,7 @@ func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) e
 			byEnv[strings.ToUpper(strings.ReplaceAll(strings.ReplaceAll(key, ".", "__"), "-", "_"))] = key
 		}
 	}
+	fromEnv = map[string]string{}
 	for _, kv := range environ {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
@@ -363,7 +396,7 @@ func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) e
 		}
 		key, ok := byEnv[strings.ToUpper(strings.TrimPrefix(name, EnvPrefix))]
 		if !ok {
-			return fmt.Errorf("env %s does not name a scalar config key", name)
+			return nil, fmt.Errorf("env %s does not name a scalar config key", name)
 		}
 		// Convert here, so a bad value is reported against the variable
 		// that carried it rather than as if the file had said it.
@@ -372,19 +405,20 @@ func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) e
 		case isInt(kind):
 			n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
 			if err != nil {
-				return fmt.Errorf("env %s: %s: %q is not an integer", name, key, value)
+				return nil, fmt.Errorf("env %s: %s: %q is not an integer", name, key, value)
 			}
 			v = n
 		case kind == reflect.Bool:
 			b, err := strconv.ParseBool(strings.TrimSpace(value))
 			if err != nil {
-				return fmt.Errorf("env %s: %s: %q is not true or false", name, key, value)
+				return nil, fmt.Errorf("env %s: %s: %q is not true or false", name, key, value)
 			}
 			v = b
 		}
 		if err := k.Set(key, v); err != nil {
-			return fmt.Errorf("env %s: %w", name, err)
+			return nil, fmt.Errorf("env %s: %w", name, err)
 		}
+		fromEnv[key] = name
 	}
-	return nil
+	return fromEnv, nil
 }

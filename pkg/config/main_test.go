@@ -552,9 +552,12 @@ func TestLoadMainEnv(t *testing.T) {
 	}
 }
 
+// TestLoadMainEnvErrors: a bad override is blamed on the variable that
+// carried it, never on the file, which may be perfectly fine.
 func TestLoadMainEnvErrors(t *testing.T) {
 	tests := []struct {
 		name    string
+		yml     string
 		environ []string
 		want    []string
 	}{
@@ -599,15 +602,52 @@ func TestLoadMainEnvErrors(t *testing.T) {
 			want:    []string{`env PROXY_TOPOLOGY_SET_PROXY__CONTROLLERPUBLISH: proxy.controllerPublish: "yes please" is not true or false`},
 		},
 		{
-			name:    "valid override, invalid value: the key path is reported",
+			name:    "valid override, invalid value",
 			environ: []string{"PROXY_TOPOLOGY_SET_PROXY__CACHETIMEOUTMINUTES=-9"},
-			want:    []string{"proxy.cacheTimeoutMinutes: -9 is invalid (0: no cache, -1: forever, N>0: minutes)"},
+			want:    []string{"env PROXY_TOPOLOGY_SET_PROXY__CACHETIMEOUTMINUTES: proxy.cacheTimeoutMinutes: -9 is invalid (0: no cache, -1: forever, N>0: minutes)"},
+		},
+		{
+			name:    "invalid connection name",
+			environ: []string{"PROXY_TOPOLOGY_SET_PROXY__DEFAULTCONNECTION=../x"},
+			want:    []string{`env PROXY_TOPOLOGY_SET_PROXY__DEFAULTCONNECTION: proxy.defaultConnection: connection name "../x" has invalid character '.' at byte 0 (allowed: letters, digits, and . _ - after the first)`},
+		},
+		{
+			name:    "an override that empties a required key",
+			environ: []string{"PROXY_TOPOLOGY_SET_PROXY__CONFIGFOLDER="},
+			want:    []string{"env PROXY_TOPOLOGY_SET_PROXY__CONFIGFOLDER: proxy.configFolder: required for driver: proxy"},
+		},
+		{
+			name:    "node topology keys the compiler checks",
+			environ: []string{"PROXY_TOPOLOGY_SET_PROXY__NODETOPOLOGY__TYPE=galaxy"},
+			want:    []string{`env PROXY_TOPOLOGY_SET_PROXY__NODETOPOLOGY__TYPE: proxy.nodeTopology.type: "galaxy" is not one of cluster, node, zone, custom`},
+		},
+		{
+			name:    "the driver",
+			environ: []string{"PROXY_TOPOLOGY_SET_DRIVER=csi"},
+			want:    []string{"env PROXY_TOPOLOGY_SET_DRIVER: driver: csi is only valid in a connection file; the main config serves proxy or local-hostpath"},
+		},
+		{
+			name:    "the file and the environment each blamed for their own",
+			yml:     minimal + "  maxVolumesPerNode: -1\n",
+			environ: []string{"PROXY_TOPOLOGY_SET_PROXY__CACHETIMEOUTMINUTES=-9", "PROXY_TOPOLOGY_SET_CSINAME=-bad-"},
+			want: []string{
+				"config " + testFile + ": proxy.maxVolumesPerNode: -1 is negative",
+				`env PROXY_TOPOLOGY_SET_CSINAME: csiName: "-bad-" is not a valid CSI driver name (alphanumerics, '-' and '.', starting and ending with an alphanumeric)`,
+				"env PROXY_TOPOLOGY_SET_PROXY__CACHETIMEOUTMINUTES: proxy.cacheTimeoutMinutes: -9 is invalid (0: no cache, -1: forever, N>0: minutes)",
+			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := loadMain(minimal, tt.environ...)
-			if diff := cmp.Diff(tt.want, mainErrors(t, err)); diff != "" {
+			yml := tt.yml
+			if yml == "" {
+				yml = minimal
+			}
+			_, err := loadMain(yml, tt.environ...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
 			}
 		})

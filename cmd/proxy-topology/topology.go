@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
@@ -38,7 +40,7 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 		envs, files, labels, requisite, preferred multi
 	)
 	fs.StringVar(&cfgPath, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file; empty uses the built-in example config")
-	fs.StringVar(&nodeName, "node-name", "", "node name the rules see")
+	fs.StringVar(&nodeName, "node-name", defaultNodeID(), "node name the rules see (env CSI_NODE_ID, then NODE_NAME, then the hostname: serve's --node-id)")
 	fs.StringVar(&hostname, "hostname", "", "hostname the rules see")
 	fs.Var(&envs, "env", "K=V env var the rules see (repeatable)")
 	fs.Var(&files, "file", "PATH=CONTENT file the rules see (repeatable)")
@@ -78,7 +80,7 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 
 	in := nodetopology.Inputs{NodeName: nodeName, Hostname: hostname, Env: map[string]string{}, Files: map[string]nodetopology.FileInput{}}
 	if live {
-		in = nodetopology.Gather(context.Background(), ev, or(nodeName, defaultNodeID()), nil)
+		in = nodetopology.Gather(context.Background(), ev, nodeName, nil)
 		if hostname != "" {
 			in.Hostname = hostname
 		}
@@ -136,16 +138,6 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 	if folder == "" {
 		folder = cfg.Proxy.ConfigFolder
 	}
-	file := filepath.Join(folder, conn+".yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return fail("connection %q: %v", conn, err)
-	}
-	opts := ev.Accessibility()
-	c, _, err := config.ParseConnection(file, data, opts)
-	if err != nil {
-		return fail("connection %q: %v", conn, err)
-	}
 	req := &csi.TopologyRequirement{}
 	for _, t := range requisite {
 		seg, err := parseTerm(t, ev.Prefix())
@@ -161,8 +153,26 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		req.Preferred = append(req.Preferred, seg)
 	}
-	fmt.Fprintf(stdout, "connection %q (%s):\n", conn, file)
-	fmt.Fprintf(stdout, "  requisite: %s\n  preferred: %s\n", formatTerms(req.Requisite), formatTerms(req.Preferred))
+	terms := fmt.Sprintf("  requisite: %s\n  preferred: %s\n", formatTerms(req.Requisite), formatTerms(req.Preferred))
+	// The server refuses a name that can never be a connection before it
+	// looks for a file (connection.Store.Get), whatever the folder holds.
+	if err := ids.ValidateConnectionName(conn); err != nil {
+		fmt.Fprintf(stdout, "connection %q:\n%s", conn, terms)
+		fmt.Fprintf(stdout, "  CreateVolume: %s: %v: %v\n", codes.InvalidArgument, connection.ErrInvalidName, err)
+		return 1
+	}
+	src := connection.NewFolderSource(folder)
+	file := src.Describe(conn)
+	data, err := src.Read(conn)
+	if err != nil {
+		return fail("connection %q: %v", conn, err)
+	}
+	opts := ev.Accessibility()
+	c, _, err := config.ParseConnection(file, data, opts)
+	if err != nil {
+		return fail("connection %q: %v", conn, err)
+	}
+	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, file, terms)
 	top, err := accessible.Decide(conn, req, c.Proxy.PerDriver.Topology, opts)
 	if err != nil {
 		st := status.Convert(err)

@@ -1,6 +1,7 @@
 package connection
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -30,10 +31,10 @@ func benchStore(b *testing.B) *Store {
 		Now:    func() time.Time { return time.Now().Add(racyWindow + time.Second) },
 		OnLoad: func(string, bool, error) { reads++ },
 	})
-	if _, err := s.Get("nfs"); err != nil {
+	if _, err := s.Get(context.Background(), "nfs"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.Get("nfs"); err != nil || reads != 1 {
+	if _, err := s.Get(context.Background(), "nfs"); err != nil || reads != 1 {
 		b.Fatalf("second Get: %v after %d reads; want a cache hit", err, reads)
 	}
 	return s
@@ -45,7 +46,7 @@ func BenchmarkStoreGetHit(b *testing.B) {
 	s := benchStore(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Get("nfs"); err != nil {
+		if _, err := s.Get(context.Background(), "nfs"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,7 +59,7 @@ func BenchmarkStoreGetHitParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Get("nfs"); err != nil {
+			if _, err := s.Get(context.Background(), "nfs"); err != nil {
 				b.Error(err)
 				return
 			}

@@ -1,6 +1,7 @@
 package connection
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -51,13 +52,15 @@ func (e *env) sameSizeRewrite(name, content string) {
 }
 
 // With cacheTimeout 0 every Get reads the file: even a change that keeps
-// inode, size and mtime is seen, and nothing is held.
+// inode, size and mtime is seen. The same bytes keep their *Connection and
+// its upstream clients (nothing is parsed or dialled again); other bytes
+// replace it, and its clients are released.
 func TestNoCacheRereads(t *testing.T) {
 	e := newEnv(t, 0)
 	e.write("nfs", connA)
 	first := e.get("nfs")
-	if got := e.get("nfs"); got == first {
-		t.Error("cache 0 returned the same *Connection twice; it must re-read")
+	if got := e.get("nfs"); got != first {
+		t.Error("cache 0 made a new *Connection for the same bytes; its clients would be made again")
 	}
 	e.sameSizeRewrite("nfs", connB)
 	if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
@@ -67,11 +70,11 @@ func TestNoCacheRereads(t *testing.T) {
 		t.Errorf("Cached() = %d with cache 0", n)
 	}
 	if n := e.loadCount(); n != 3 {
-		t.Errorf("%d loads for 3 Gets with cache 0", n)
+		t.Errorf("%d loads for 3 Gets with cache 0: each read counts", n)
 	}
-	// Upstream clients are still shared.
-	if n := e.pool.Len(); n != 2 {
-		t.Errorf("Pool.Len() = %d, want 2 (a.sock, b.sock)", n)
+	// a.sock's client went with the version that used it.
+	if got := e.pool.Targets(); len(got) != 1 || got[0] != "unix:///csi/b.sock" {
+		t.Errorf("pool holds %v, want only b.sock", got)
 	}
 }
 
@@ -182,7 +185,7 @@ func TestCacheSecretSymlinkSwap(t *testing.T) {
 			if err := os.Remove(e.path("other")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.store.Get("other"); !errors.Is(err, ErrNotFound) {
+			if _, err := e.store.Get(context.Background(), "other"); !errors.Is(err, ErrNotFound) {
 				t.Errorf("removed key: %v, want ErrNotFound", err)
 			}
 		})
@@ -200,7 +203,7 @@ func TestCacheDeletedFile(t *testing.T) {
 			if err := os.Remove(e.path("nfs")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+			if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("deleted file: %v, want ErrNotFound", err)
 			}
 			want := 1
@@ -291,7 +294,7 @@ func TestCacheForeverNeverDrops(t *testing.T) {
 func TestCacheHoldsOnlyExistingFiles(t *testing.T) {
 	e := newEnv(t, -1)
 	for i := range 100 {
-		e.store.Get(fmt.Sprintf("missing-%d", i))
+		e.store.Get(context.Background(), fmt.Sprintf("missing-%d", i))
 	}
 	if n := e.store.Cached(); n != 0 {
 		t.Errorf("Cached() = %d after Gets of missing files", n)
@@ -367,25 +370,25 @@ func TestStoreTrustsSourceVersion(t *testing.T) {
 		Log:    slog.New(slog.DiscardHandler),
 		OnLoad: func(string, bool, error) { loads++ },
 	})
-	first, err := store.Get("nfs")
+	first, err := store.Get(context.Background(), "nfs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	src.files["nfs"] = connB // content changes, version does not
-	if got, _ := store.Get("nfs"); got != first || src.reads != 1 {
+	if got, _ := store.Get(context.Background(), "nfs"); got != first || src.reads != 1 {
 		t.Errorf("same version: got a new connection or read again (reads=%d)", src.reads)
 	}
 	src.version["nfs"] = "2" // new version, new content
-	second, _ := store.Get("nfs")
+	second, _ := store.Get(context.Background(), "nfs")
 	if second == first || second.Config.CSI.Endpoint != "unix:///csi/b.sock" || second.File != "fake nfs" {
 		t.Errorf("new version: got endpoint %q file %q", second.Config.CSI.Endpoint, second.File)
 	}
 	src.version["nfs"] = "3" // new version, same content
-	if got, _ := store.Get("nfs"); got != second || loads != 2 {
+	if got, _ := store.Get(context.Background(), "nfs"); got != second || loads != 2 {
 		t.Errorf("same bytes under a new version: new connection or load (loads=%d)", loads)
 	}
 	delete(src.version, "nfs")
-	if _, err := store.Get("nfs"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "fake nfs") {
+	if _, err := store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "fake nfs") {
 		t.Errorf("missing: %v", err)
 	}
 }
@@ -453,7 +456,7 @@ func TestConcurrentGet(t *testing.T) {
 					defer readers.Done()
 					for range 100 {
 						for _, name := range []string{"nfs", "other"} {
-							c, err := e.store.Get(name)
+							c, err := e.store.Get(context.Background(), name)
 							if err != nil {
 								t.Errorf("Get(%s): %v", name, err)
 								return

@@ -1,6 +1,7 @@
 package connection
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -120,16 +121,19 @@ func (e *env) replace(name, content string) {
 	}
 }
 
-// get returns a connection that must load.
+// get returns a connection that must load, as a call that has ended: its
+// reference is given back, so only the store keeps it (and its clients).
+// Its Config stays readable.
 func (e *env) get(name string) *Connection {
 	e.t.Helper()
-	c, err := e.store.Get(name)
+	c, err := e.store.Get(context.Background(), name)
 	if err != nil {
 		e.t.Fatalf("Get(%q): %v", name, err)
 	}
 	if c == nil {
 		e.t.Fatalf("Get(%q) returned nil and no error", name)
 	}
+	c.Release()
 	return c
 }
 

@@ -1,6 +1,7 @@
 package connection
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 				}
 				done := make(chan result, 1)
 				go func() {
-					c, err := e.store.Get("bad")
+					c, err := e.store.Get(context.Background(), "bad")
 					done <- result{c, err}
 				}()
 				var r result

@@ -1,10 +1,19 @@
 // Package connection resolves connection names to loaded, validated
 // connection files and their upstream clients, reloading a file as soon as
 // it changes and caching it for the configured time.
+//
+// A Connection owns leases on its upstream clients (pkg/upstream): the
+// store holds one reference to each cached Connection and every caller of
+// Get holds another until it calls Release. When a file changes, is
+// removed, or goes unused past the cache timeout, the store drops its
+// reference; the Connection releases its clients once the last caller is
+// done, so calls in flight finish on the clients they started on and the
+// next call gets the new ones.
 package connection
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,6 +39,11 @@ var (
 	ErrNotFound = errors.New("connection not found")
 	// ErrBroken: the file exists but does not load or validate.
 	ErrBroken = errors.New("connection file is invalid")
+	// ErrUnavailable: the file is valid but its upstream client could not
+	// be made in time (a built-in driver whose base path hangs). It is
+	// never cached: the next call tries again. It also wraps the context
+	// error that ended the wait.
+	ErrUnavailable = errors.New("connection's upstream is not ready")
 )
 
 // Connection is a loaded connection with its upstream clients.
@@ -44,6 +58,35 @@ type Connection struct {
 
 	// topology is Config.Proxy.PerDriver.Topology compiled (Topology).
 	topology atomic.Pointer[accessible.Compiled]
+
+	// refs counts the store's reference and every caller's; the leases
+	// are released when it reaches zero.
+	refs   atomic.Int64
+	leases []*upstream.Lease
+}
+
+// Release gives back the reference Get handed out. Once the store and
+// every caller have released a Connection, its upstream clients are
+// released too; it must not be used after that.
+func (c *Connection) Release() {
+	if c.refs.Add(-1) == 0 {
+		for _, l := range c.leases {
+			l.Release()
+		}
+	}
+}
+
+// tryAcquire adds a reference unless the Connection is already released.
+func (c *Connection) tryAcquire() bool {
+	for {
+		n := c.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // Topology returns the connection's topology list compiled for opts. It is
@@ -65,8 +108,16 @@ type Options struct {
 	// Source supplies connection files; nil means NewFolderSource(Folder).
 	Source Source
 	// CacheTimeout: 0 re-reads on every call, negative caches forever,
-	// positive drops a connection unused for that long.
+	// positive drops a connection unused for that long. Whatever it is, a
+	// connection keeps its upstream clients while its file is unchanged
+	// (with 0, while the bytes read are the same), and releases them when
+	// the file changes, goes away or the connection expires.
 	CacheTimeout time.Duration
+	// BuildTimeout bounds the wait for a connection's upstream client to
+	// be made (a built-in driver touches its base path, which may hang);
+	// 0 means 10s. The connection's csi.timeout, when shorter, and the
+	// caller's deadline bound it too.
+	BuildTimeout time.Duration
 	// Topology is used to validate the connections' topology entries.
 	Topology accessible.Options
 	// NodeID is given to built-in local-hostpath drivers.
@@ -132,6 +183,9 @@ func NewStore(opts Options) *Store {
 	if opts.Source == nil {
 		opts.Source = NewFolderSource(opts.Folder)
 	}
+	if opts.BuildTimeout == 0 {
+		opts.BuildTimeout = 10 * time.Second
+	}
 	s := &Store{opts: opts, src: opts.Source, epoch: opts.Now(), entries: map[string]*entry{}}
 	s.lastSweep.Store(neverSwept)
 	return s
@@ -145,17 +199,19 @@ func (s *Store) Location() string {
 	return "connection source"
 }
 
-// Get returns the connection called name. On a cache hit it costs one
-// Source.Stat (for a folder, one stat(2)); a new version is read again, and
-// keeps its *Connection if the content is the same.
-func (s *Store) Get(name string) (*Connection, error) {
+// Get returns the connection called name, with a reference the caller
+// must give back with Release when its call is done. On a cache hit it
+// costs one Source.Stat (for a folder, one stat(2)); a new version is read
+// again, and keeps its *Connection if the content is the same. ctx bounds
+// the wait for a new upstream client (see Options.BuildTimeout).
+func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
 	now := s.opts.Now()
 	ver, err := s.src.Stat(name, now)
 	if err != nil {
-		s.forget(name)
+		s.forget(name, nil)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
 		}
@@ -164,51 +220,82 @@ func (s *Store) Get(name string) (*Connection, error) {
 		return nil, err
 	}
 	at := int64(now.Sub(s.epoch))
+	s.sweep(now, at)
 
-	// With cacheTimeout 0 nothing is ever stored, so there is nothing to
-	// sweep or find.
-	var prev *entry
-	var cached bool
-	if s.opts.CacheTimeout != 0 {
-		s.sweep(at)
-		s.mu.RLock()
-		prev, cached = s.entries[name]
-		if cached && prev.version == ver {
-			prev.lastUsed.Store(at)
-			s.mu.RUnlock()
-			return prev.conn, prev.err
+	// With cacheTimeout 0 the entry is never trusted: the file is read
+	// on every call, and only the connection of the same bytes is kept.
+	s.mu.RLock()
+	prev, cached := s.entries[name]
+	if cached && s.opts.CacheTimeout != 0 && prev.version == ver {
+		prev.lastUsed.Store(at)
+		conn, err := prev.conn, prev.err
+		if conn != nil {
+			// The entry holds a reference while it is in the map.
+			conn.refs.Add(1)
 		}
 		s.mu.RUnlock()
+		return conn, err
 	}
+	s.mu.RUnlock()
 
 	data, err := s.src.Read(name)
 	var conn *Connection
+	// With cacheTimeout 0 every read counts as a load for OnLoad, as if
+	// nothing were kept, and none as a reload.
+	reload := cached && s.opts.CacheTimeout != 0
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		s.forget(name)
+		s.forget(name, nil)
 		return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
 	case err != nil:
 		data = nil
 		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
-		s.loaded(name, cached, err)
-	case cached && prev.data != nil && (prev.err == nil || sameFileVersion(prev.version, ver)) && bytes.Equal(prev.data, data):
+		s.loaded(name, reload, err)
+	case cached && prev.data != nil && s.sameContent(prev, ver, data) && (prev.conn == nil || prev.conn.tryAcquire()):
 		// Same content: keep the connection, or the error of this very
 		// version (a racy file re-read); nothing was loaded. A new version
 		// (touch) over a failed load retries it, in case what failed was
 		// outside the file, say a base path that could not be created.
 		conn, err = prev.conn, prev.err
+		if s.opts.CacheTimeout == 0 {
+			s.loaded(name, false, err)
+		}
 	default:
-		conn, err = s.load(name, s.src.Describe(name), data)
-		s.loaded(name, cached, err)
+		conn, err = s.load(ctx, name, s.src.Describe(name), data)
+		s.loaded(name, reload, err)
+		if errors.Is(err, ErrUnavailable) {
+			// Not the file's fault, and not cached: the next call tries
+			// again, and the previous version (if any) stays.
+			return nil, err
+		}
 	}
-	if s.opts.CacheTimeout != 0 {
-		e := &entry{version: ver, data: data, conn: conn, err: err}
-		e.lastUsed.Store(at)
-		s.mu.Lock()
-		s.entries[name] = e
-		s.mu.Unlock()
+	e := &entry{version: ver, data: data, conn: conn, err: err}
+	e.lastUsed.Store(at)
+	if conn != nil {
+		conn.refs.Add(1) // the entry's reference
 	}
+	s.mu.Lock()
+	old := s.entries[name]
+	s.entries[name] = e
+	s.mu.Unlock()
+	old.release()
 	return conn, err
+}
+
+// sameContent reports whether data, read for version ver, is what prev
+// was made from, and prev's result may be reused for it.
+func (s *Store) sameContent(prev *entry, ver Version, data []byte) bool {
+	if prev.err != nil && (s.opts.CacheTimeout == 0 || !sameFileVersion(prev.version, ver)) {
+		return false
+	}
+	return bytes.Equal(prev.data, data)
+}
+
+// release drops the entry's reference to its connection; e may be nil.
+func (e *entry) release() {
+	if e != nil && e.conn != nil {
+		e.conn.Release()
+	}
 }
 
 func (s *Store) loaded(name string, reload bool, err error) {
@@ -217,31 +304,57 @@ func (s *Store) loaded(name string, reload bool, err error) {
 	}
 }
 
-func (s *Store) forget(name string) {
+// forget drops the entry of name, if it is e (any entry when e is nil).
+func (s *Store) forget(name string, e *entry) {
 	s.mu.Lock()
-	delete(s.entries, name)
+	old, ok := s.entries[name]
+	if ok && (e == nil || old == e) {
+		delete(s.entries, name)
+	} else {
+		old = nil
+	}
 	s.mu.Unlock()
+	old.release()
 }
 
-// sweep drops entries unused for longer than the cache timeout; at is now,
-// since epoch. It runs at most once per tenth of the timeout, so the cost
-// is amortised and no background goroutine is needed. When no sweep is
-// due it costs one atomic load, and no lock.
-func (s *Store) sweep(at int64) {
-	ttl := s.opts.CacheTimeout
-	if ttl <= 0 || !s.sweepDue(at) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Another Get may have swept since the check above.
+// removedSweepInterval is how often, with no cache timeout to sweep by,
+// the store looks for cached connections whose file is gone.
+const removedSweepInterval = time.Minute
+
+// sweep drops entries unused for longer than the cache timeout and entries
+// whose file is gone, releasing their upstream clients; now and at (since
+// epoch) are the time of the Get. It runs at most once per tenth of the
+// timeout, and at most once a minute, so the cost is amortised and no
+// background goroutine is needed. When no sweep is due it costs one atomic
+// load, and no lock. Files are looked at without the lock held.
+func (s *Store) sweep(now time.Time, at int64) {
 	if !s.sweepDue(at) {
 		return
 	}
+	s.mu.Lock()
+	// Another Get may have swept since the check above.
+	if !s.sweepDue(at) {
+		s.mu.Unlock()
+		return
+	}
 	s.lastSweep.Store(at)
+	var expired []*entry
+	kept := map[string]*entry{}
 	for name, e := range s.entries {
 		if s.expired(e, at) {
 			delete(s.entries, name)
+			expired = append(expired, e)
+		} else {
+			kept[name] = e
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range expired {
+		e.release()
+	}
+	for name, e := range kept {
+		if _, err := s.src.Stat(name, now); errors.Is(err, fs.ErrNotExist) {
+			s.forget(name, e)
 		}
 	}
 }
@@ -255,14 +368,22 @@ func (s *Store) expired(e *entry, at int64) bool {
 
 func (s *Store) sweepDue(at int64) bool {
 	last := s.lastSweep.Load()
-	return last == neverSwept || time.Duration(at-last) >= s.opts.CacheTimeout/10
+	every := removedSweepInterval
+	if ttl := s.opts.CacheTimeout; ttl > 0 {
+		every = min(every, ttl/10)
+	}
+	return last == neverSwept || time.Duration(at-last) >= every
 }
 
 // Cached reports how many connections are in the cache now: entries unused
 // for longer than the cache timeout are not counted, even before a Get
 // sweeps them out, so the proxy_topology_connections_cached gauge falls as
-// soon as they expire rather than at the next call.
+// soon as they expire rather than at the next call. With cacheTimeout 0
+// nothing is served from the cache, and it is 0.
 func (s *Store) Cached() int {
+	if s.opts.CacheTimeout == 0 {
+		return 0
+	}
 	at := int64(s.opts.Now().Sub(s.epoch))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -275,7 +396,19 @@ func (s *Store) Cached() int {
 	return n
 }
 
-func (s *Store) load(name, file string, data []byte) (*Connection, error) {
+// Close drops every cached connection, releasing their upstream clients
+// once the calls using them are done. The store may be used again after.
+func (s *Store) Close() {
+	s.mu.Lock()
+	entries := s.entries
+	s.entries = map[string]*entry{}
+	s.mu.Unlock()
+	for _, e := range entries {
+		e.release()
+	}
+}
+
+func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Connection, error) {
 	cfg, warnings, err := config.ParseConnection(file, data, s.opts.Topology)
 	for _, w := range warnings {
 		s.opts.Log.Warn(w, "connection", name)
@@ -285,13 +418,34 @@ func (s *Store) load(name, file string, data []byte) (*Connection, error) {
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: cfg}
+	c.refs.Store(1) // the caller's
+	bound := s.opts.BuildTimeout
+	if t := cfg.CSI.Timeout; t > 0 && t < bound {
+		bound = t
+	}
+	bctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	lease := func(l *upstream.Lease, err error) (*upstream.Client, error) {
+		if err != nil {
+			return nil, err
+		}
+		c.leases = append(c.leases, l)
+		return l.Client(), nil
+	}
+	var target string
 	switch cfg.Driver {
 	case config.DriverCSI:
-		if c.Controller, err = s.opts.Pool.CSI(cfg.CSI.Endpoint); err == nil {
-			c.Node, err = s.opts.Pool.CSI(cfg.CSI.NodeSideEndpoint())
+		target = cfg.CSI.Endpoint
+		c.Controller, err = lease(s.opts.Pool.CSI(bctx, name, cfg.CSI.Endpoint))
+		if node := cfg.CSI.NodeSideEndpoint(); err == nil && node != cfg.CSI.Endpoint {
+			target = node
+			c.Node, err = lease(s.opts.Pool.CSI(bctx, name, node))
+		} else {
+			c.Node = c.Controller
 		}
 	case config.DriverLocalHostpath:
-		c.Controller, err = s.opts.Pool.Local(hostpath.Options{
+		target = "local-hostpath:" + cfg.LocalHostpath.ShareBasePath
+		c.Controller, err = lease(s.opts.Pool.Local(bctx, name, hostpath.Options{
 			DriverName:        s.opts.DriverName,
 			Version:           s.opts.Version,
 			NodeID:            s.opts.NodeID,
@@ -299,10 +453,22 @@ func (s *Store) load(name, file string, data []byte) (*Connection, error) {
 			Stage:             cfg.LocalHostpath.Stage,
 			ControllerPublish: cfg.LocalHostpath.ControllerPublish,
 			Logger:            s.opts.Log,
-		})
+		}))
 		c.Node = c.Controller
 	}
 	if err != nil {
+		c.Release()
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			why := "the call ended first"
+			if ctx.Err() == nil {
+				why = fmt.Sprintf("not ready within %s", bound)
+				if cfg.Driver == config.DriverLocalHostpath {
+					why += "; is the base path on a hung mount?"
+				}
+			}
+			s.opts.Log.Warn("connection's upstream is not ready", "connection", name, "upstream", target, "error", err)
+			return nil, fmt.Errorf("%w: connection %q (endpoint %s): %s: %w", ErrUnavailable, name, target, why, err)
+		}
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
 	s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)

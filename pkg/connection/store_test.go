@@ -55,7 +55,7 @@ func TestGetInvalidName(t *testing.T) {
 	e.store.src = NewFolderSource(folder) // the store reads through its source, made at NewStore
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			c, err := e.store.Get(name)
+			c, err := e.store.Get(context.Background(), name)
 			if c != nil {
 				t.Errorf("Get returned a connection for %q", name)
 			}
@@ -84,14 +84,14 @@ func TestGetValidNameEdges(t *testing.T) {
 		}
 	}
 	// Names are case-sensitive, like file names.
-	if _, err := e.store.Get("Z"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.Get(context.Background(), "Z"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(Z) = %v, want ErrNotFound", err)
 	}
 }
 
 func TestGetNotFound(t *testing.T) {
 	e := newEnv(t, -1)
-	_, err := e.store.Get("nfs")
+	_, err := e.store.Get(context.Background(), "nfs")
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("error %v is not ErrNotFound", err)
 	}
@@ -104,7 +104,7 @@ func TestGetNotFound(t *testing.T) {
 
 	// A folder that does not exist is the same: there is no such file.
 	e.store.src = NewFolderSource(filepath.Join(e.dir, "missing")) // the store reads through its source, made at NewStore
-	if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing folder: %v, want ErrNotFound", err)
 	}
 	// Only ".yaml": "nfs.yml" is not "nfs".
@@ -112,7 +112,7 @@ func TestGetNotFound(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.dir, "nfs.yml"), []byte(connA), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Get("nfs"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("nfs.yml: %v, want ErrNotFound", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestGetBroken(t *testing.T) {
 				e.write("good", connA)
 				e.write("bad", b.content)
 				for range 2 { // the second Get may come from the cache
-					c, err := e.store.Get("bad")
+					c, err := e.store.Get(context.Background(), "bad")
 					if c != nil || !errors.Is(err, ErrBroken) {
 						t.Fatalf("Get(bad) = %v, %v; want ErrBroken", c, err)
 					}
@@ -161,7 +161,7 @@ func TestGetUnreadable(t *testing.T) {
 	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Get("dir"); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "is a directory") {
+	if _, err := e.store.Get(context.Background(), "dir"); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("Get(dir) = %v, want ErrBroken: is a directory", err)
 	}
 }
@@ -194,7 +194,7 @@ func TestList(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	for _, name := range got {
-		if _, err := e.store.Get(name); err != nil {
+		if _, err := e.store.Get(context.Background(), name); err != nil {
 			t.Errorf("listed %q but Get fails: %v", name, err)
 		}
 	}
@@ -299,7 +299,7 @@ func TestGetUpstreamFailure(t *testing.T) {
 	e := newEnv(t, -1)
 	e.write("nfs", connA)
 	e.pool.Close()
-	_, err := e.store.Get("nfs")
+	_, err := e.store.Get(context.Background(), "nfs")
 	if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "upstream pool is shut down") {
 		t.Errorf("Get = %v, want ErrBroken naming the pool", err)
 	}
@@ -323,9 +323,9 @@ func TestOnLoad(t *testing.T) {
 	e.replace("nfs", connB)
 	e.get("nfs")
 	e.replace("nfs", "driver: nope\n")
-	e.store.Get("nfs")
-	e.store.Get("nfs")
-	e.store.Get("missing") // nothing to read: no load
+	e.store.Get(context.Background(), "nfs")
+	e.store.Get(context.Background(), "nfs")
+	e.store.Get(context.Background(), "missing") // nothing to read: no load
 	want := []loadEvent{
 		{"nfs", false, false},
 		{"nfs", true, false},

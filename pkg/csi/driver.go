@@ -86,6 +86,13 @@ type Options struct {
 	// RollbackTimeout bounds the clean-up call after a failed create;
 	// 0 means 30s.
 	RollbackTimeout time.Duration
+	// ListTimeout bounds a whole ListVolumes, ListSnapshots or
+	// ControllerListVolumeHealth fan-out; 0 means 2 minutes. The caller's
+	// deadline, when shorter, bounds it too.
+	ListTimeout time.Duration
+	// MaxListPages bounds how many pages one connection's upstream may
+	// return in one listing; 0 means 1000.
+	MaxListPages int
 	// Capabilities are advertised; zero means everything supported
 	// except controller publishing (see ResolveCapabilities).
 	Capabilities Capabilities
@@ -123,6 +130,12 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
+	}
+	if opts.ListTimeout <= 0 {
+		opts.ListTimeout = defaultListTimeout
+	}
+	if opts.MaxListPages <= 0 {
+		opts.MaxListPages = defaultMaxListPages
 	}
 	caps := opts.Capabilities
 	if caps.Controller == nil && caps.Node == nil {

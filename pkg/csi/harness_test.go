@@ -50,8 +50,10 @@ type lockedBuffer = syncbuf.Buffer
 type testProxy struct {
 	// Driver is the served driver, for calls that must see the server-side
 	// request object (the gRPC client never shares it).
-	Driver     *pcsi.Driver
-	Folder     string
+	Driver *pcsi.Driver
+	Folder string
+	// Pool is the proxy's upstream pool, to count its clients.
+	Pool       *upstream.Pool
 	Endpoint   string
 	Identity   csi.IdentityClient
 	Controller csi.ControllerClient
@@ -106,7 +108,7 @@ func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...f
 		}
 	})
 	return &testProxy{
-		Driver: d, Folder: folder, Endpoint: "unix://" + path, Logs: logs,
+		Driver: d, Folder: folder, Pool: pool, Endpoint: "unix://" + path, Logs: logs,
 		Identity: csi.NewIdentityClient(conn), Controller: csi.NewControllerClient(conn), Node: csi.NewNodeClient(conn),
 	}
 }

@@ -59,7 +59,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 
 // ControllerListVolumeHealth lists volume health across connections.
 func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, req.GetMaxEntries(), req.GetStartingToken(),
+	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, "ControllerListVolumeHealth", req.GetMaxEntries(), req.GetStartingToken(),
 		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.VolumeHealth, string, error) {
 			resp, err := forward(ctx, c, c.Controller, "ControllerListVolumeHealth", &csi.ControllerListVolumeHealthRequest{
 				MaxEntries: max, StartingToken: tok, Secrets: merge(c.Config.CSI.Secrets, req.GetSecrets()),

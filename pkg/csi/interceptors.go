@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
@@ -27,6 +29,35 @@ type call struct {
 	// or an error message needs it.
 	id         uint64
 	connection atomic.Pointer[string]
+
+	// held are the connections the handler resolved; each keeps its
+	// upstream clients open until the call ends, however its file
+	// changes meanwhile. The interceptor releases them.
+	mu   sync.Mutex
+	held []*connection.Connection
+}
+
+// hold keeps c, and so its upstream clients, for the rest of the call.
+// Outside the server's interceptor (a test calling a handler directly)
+// there is no call to hold it for, and the reference is kept: a client
+// left open is better than one closed under a call.
+func hold(ctx context.Context, c *connection.Connection) {
+	if cl, ok := ctx.Value(callKey{}).(*call); ok {
+		cl.mu.Lock()
+		cl.held = append(cl.held, c)
+		cl.mu.Unlock()
+	}
+}
+
+// release gives back every connection the call held.
+func (cl *call) release() {
+	cl.mu.Lock()
+	held := cl.held
+	cl.held = nil
+	cl.mu.Unlock()
+	for _, c := range held {
+		c.Release()
+	}
 }
 
 // setConnection records the connection a request was routed to.
@@ -78,7 +109,9 @@ type Observer interface {
 func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	logged, recovered := loggingInterceptor(log, observers), recoveryInterceptor(log)
 	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx = context.WithValue(ctx, callKey{}, &call{id: requestCounter.Add(1)})
+		cl := &call{id: requestCounter.Add(1)}
+		defer cl.release()
+		ctx = context.WithValue(ctx, callKey{}, cl)
 		return logged(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 			return recovered(ctx, req, info, handler)
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"strings"
+	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -63,6 +64,49 @@ func checkMaxEntries(n int32) error {
 // fetchFunc lists one upstream page of one connection.
 type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEntries int32, token string) ([]T, string, error)
 
+// Bounds of a listing when Options leave them zero.
+const (
+	defaultListTimeout  = 2 * time.Minute
+	defaultMaxListPages = 1000
+)
+
+// pager walks one connection's pages and cuts off an upstream that pages
+// without end: a next_token it handed out before in this listing (or the
+// one it was just given), or more than max pages.
+type pager struct {
+	c      *connection.Connection
+	method string
+	max    int
+	pages  int
+	seen   map[string]bool
+}
+
+func newPager(c *connection.Connection, method string, max int, start string) *pager {
+	p := &pager{c: c, method: method, max: max, seen: map[string]bool{}}
+	if start != "" {
+		p.seen[start] = true
+	}
+	return p
+}
+
+// next accepts the next_token of one more page.
+func (p *pager) next(tok string) error {
+	p.pages++
+	if tok == "" {
+		return nil
+	}
+	if p.seen[tok] {
+		return status.Errorf(codes.Internal, "connection %q (endpoint %s): %s returned next_token %q again after %d pages of this listing; the upstream pages without end, so the listing stops",
+			p.c.Name, p.c.Controller.Target, p.method, truncate(tok, 80), p.pages)
+	}
+	if p.pages >= p.max {
+		return status.Errorf(codes.Internal, "connection %q (endpoint %s): %s still returned a next_token after %d pages; the listing stops there",
+			p.c.Name, p.c.Controller.Target, p.method, p.pages)
+	}
+	p.seen[tok] = true
+	return nil
+}
+
 // fanOut lists across connections in name order, each upstream's pages in
 // turn, honouring maxEntries across connection boundaries.
 //
@@ -72,7 +116,11 @@ type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEnt
 // does not load is logged and skipped; an upstream without the capability
 // is skipped; an upstream that fails fails the call, because a silently
 // shortened list would read as "these volumes are gone".
-func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServiceCapability_RPC_Type,
+//
+// Every listing is bounded: by Options.ListTimeout as a whole, and per
+// connection by Options.MaxListPages and by a next_token repeated; each
+// cut-off is an error naming the connection.
+func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServiceCapability_RPC_Type, method string,
 	maxEntries int32, token string, fetch fetchFunc[T]) ([]T, string, error) {
 	if err := checkMaxEntries(maxEntries); err != nil {
 		return nil, "", err
@@ -85,14 +133,20 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	if err != nil {
 		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Store.Location(), err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, d.opts.ListTimeout)
+	defer cancel()
 	seen := map[*upstream.Client]bool{}
 	var out []T
 	for i, name := range names {
-		c, err := d.opts.Store.Get(name)
+		if err := ctx.Err(); err != nil {
+			return nil, "", status.Errorf(status.FromContextError(err).Code(), "%s stopped before connection %q: %v", method, name, err)
+		}
+		c, err := d.opts.Store.Get(ctx, name)
 		if err != nil {
 			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
 			continue
 		}
+		hold(ctx, c)
 		if seen[c.Controller] {
 			continue
 		}
@@ -111,13 +165,21 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 		if name == startConn {
 			tok = upstreamToken
 		}
+		pages := newPager(c, method, d.opts.MaxListPages, tok)
 		for {
+			if err := ctx.Err(); err != nil {
+				return nil, "", status.Errorf(status.FromContextError(err).Code(), "connection %q (endpoint %s): %s stopped after %d pages: %v",
+					c.Name, c.Controller.Target, method, pages.pages, err)
+			}
 			var remaining int32
 			if maxEntries > 0 {
 				remaining = maxEntries - int32(len(out))
 			}
 			items, next, err := fetch(ctx, c, remaining, tok)
 			if err != nil {
+				return nil, "", err
+			}
+			if err := pages.next(next); err != nil {
 				return nil, "", err
 			}
 			out = append(out, items...)
@@ -139,7 +201,7 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 // ListVolumes lists every connection's volumes with proxy IDs and the
 // connection's topology.
 func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUMES, req.GetMaxEntries(), req.GetStartingToken(),
+	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUMES, "ListVolumes", req.GetMaxEntries(), req.GetStartingToken(),
 		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListVolumesResponse_Entry, string, error) {
 			resp, err := forward(ctx, c, c.Controller, "ListVolumes",
 				&csi.ListVolumesRequest{MaxEntries: max, StartingToken: tok}, c.Controller.Controller.ListVolumes)
@@ -220,7 +282,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		filter = &id
 	}
 	if filter == nil {
-		entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, req.GetMaxEntries(), req.GetStartingToken(), fetch)
+		entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, "ListSnapshots", req.GetMaxEntries(), req.GetStartingToken(), fetch)
 		if err != nil {
 			return nil, err
 		}
@@ -237,6 +299,11 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	// listing never leaves this connection.
 	entries, next, err := fetch(ctx, c, req.GetMaxEntries(), req.GetStartingToken())
 	if err != nil {
+		return nil, err
+	}
+	// The CO pages on with the token it is given: one the upstream was
+	// just handed back would loop it forever.
+	if err := newPager(c, "ListSnapshots", d.opts.MaxListPages, req.GetStartingToken()).next(next); err != nil {
 		return nil, err
 	}
 	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil

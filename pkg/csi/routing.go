@@ -93,10 +93,11 @@ func (d *Driver) connectionFromParameters(ctx context.Context, params map[string
 // the log line.
 func (d *Driver) connection(ctx context.Context, name string) (*connection.Connection, error) {
 	setConnection(ctx, name)
-	c, err := d.opts.Store.Get(name)
+	c, err := d.opts.Store.Get(ctx, name)
 	if err != nil {
 		return nil, storeError(err)
 	}
+	hold(ctx, c)
 	return c, nil
 }
 
@@ -109,6 +110,17 @@ func storeError(err error) error {
 		// The admin must add or fix the file; the call can then succeed,
 		// which is what FAILED_PRECONDITION tells the CO.
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, connection.ErrUnavailable):
+		// The upstream client could not be made in time (a built-in
+		// driver on a hung mount); the message names the connection and
+		// its endpoint.
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return status.Error(codes.DeadlineExceeded, err.Error())
+		case errors.Is(err, context.Canceled):
+			return status.Error(codes.Canceled, err.Error())
+		}
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }

@@ -49,10 +49,7 @@ func TestCapabilitiesCached(t *testing.T) {
 	go func() { defer close(done); _ = s.Serve(l) }()
 	t.Cleanup(func() { s.Stop(); <-done })
 
-	c, err := quietPool(t).CSI("unix://" + sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := leaseCSI(t, quietPool(t), "unix://"+sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 3 {

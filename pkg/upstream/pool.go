@@ -2,13 +2,23 @@
 //
 // A Pool (pool.go) shares them: one Client per external endpoint, however
 // many connections name it, and one in-process built-in local-hostpath
-// driver per base path, served over an in-memory listener so the proxy
-// forwards to it exactly as to an external driver. The Pool logs every
-// upstream call at debug and reports it to an Observer (the metrics).
+// driver per base path and settings, served over an in-memory listener so
+// the proxy forwards to it exactly as to an external driver. The Pool logs
+// every upstream call at debug and reports it to an Observer (the metrics).
+//
+// Clients follow the life of the connections that use them. A connection
+// takes a Lease for each client it uses (Pool.CSI, Pool.Local) and releases
+// it when the connection is replaced, removed or expires; the Pool counts
+// leases per client, and when the last one goes it lets the calls in
+// flight finish, then closes the channel and stops the built-in driver.
+// Nothing is ever built under the Pool's lock: a client being built for one
+// connection (a built-in driver whose base path sits on a hung mount, say)
+// never delays a call on another; callers of the same key share one build
+// and wait for it only as long as their context allows.
 //
 // A Client (client.go) is the one place an upstream's capabilities are
 // discovered and cached: HasController and HasNode ask the upstream once
-// and answer from memory after that.
+// and answer from memory until the client reconnects or is closed.
 //
 // WithConnection and ConnectionFrom carry the name of the connection a call
 // is made for through its context, since a Client is shared by connections.
@@ -19,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,20 +46,70 @@ import (
 )
 
 // Pool shares clients between connections: every connection naming the same
-// endpoint (or the same local-hostpath base path) uses one Client, so a
-// thousand connections to one storage system cost one gRPC channel.
+// endpoint (or the same local-hostpath base path and settings) holds a
+// lease on one Client, so a thousand connections to one storage system
+// cost one gRPC channel, and a client no connection holds is closed.
 type Pool struct {
 	log      *slog.Logger
 	observer atomic.Pointer[Observer]
 
+	// mu guards entries and closed; it is never held across a build, a
+	// close or any I/O.
 	mu      sync.Mutex
-	clients map[string]*Client
+	entries map[string]*entry
 	closed  bool
+	// bg counts builds and closes running in the background.
+	bg sync.WaitGroup
+}
+
+// entry is one shared client, being built or built.
+type entry struct {
+	key string
+	// ready is closed when the build has ended; c and err are set then.
+	ready chan struct{}
+	c     *Client
+	err   error
+	// refs counts leases and callers waiting for the build; owners counts
+	// them by connection name (the local-hostpath settings check).
+	refs   int
+	owners map[string]int
+	// local is the built-in driver's settings, known before it is built.
+	local *hostpath.Options
+	// gone is set when the entry left the map.
+	gone bool
+}
+
+func (e *entry) isReady() bool {
+	select {
+	case <-e.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Lease is one connection's hold on a Client. Release it once; the Client
+// closes when its last lease is released and its calls in flight ended.
+type Lease struct {
+	p        *Pool
+	e        *entry
+	owner    string
+	released atomic.Bool
+}
+
+// Client returns the leased client.
+func (l *Lease) Client() *Client { return l.e.c }
+
+// Release gives the lease back; later calls do nothing.
+func (l *Lease) Release() {
+	if l.released.CompareAndSwap(false, true) {
+		l.p.release(l.e, l.owner)
+	}
 }
 
 // NewPool returns an empty pool.
 func NewPool(log *slog.Logger) *Pool {
-	return &Pool{log: log, clients: map[string]*Client{}}
+	return &Pool{log: log, entries: map[string]*entry{}}
 }
 
 // Observer is told about every finished upstream call: target is the
@@ -88,10 +149,23 @@ var reconnectBackoff = grpc.ConnectParams{
 	MinConnectTimeout: 20 * time.Second,
 }
 
-// CSI returns the shared client for an external endpoint (unix:///path or
-// host:port). grpc.NewClient does not dial, so this never blocks.
-func (p *Pool) CSI(endpoint string) (*Client, error) {
-	return p.get("csi:"+endpoint, func() (*Client, error) {
+// Timeouts of closing a released client: drainTimeout bounds the wait for
+// its calls in flight (a connection's calls hold its lease, so there are
+// rarely any), stopTimeout the graceful stop of a built-in driver whose
+// handlers may be stuck on a hung mount, and closeTimeout how long Close
+// waits for every client.
+var (
+	drainTimeout = 30 * time.Second
+	stopTimeout  = 5 * time.Second
+	closeTimeout = 10 * time.Second
+)
+
+// CSI leases the shared client of an external endpoint (unix:///path or
+// host:port) for the connection owner. grpc.NewClient does not dial, so
+// this does not wait for the upstream.
+func (p *Pool) CSI(ctx context.Context, owner, endpoint string) (*Lease, error) {
+	return p.acquire(ctx, "csi:"+endpoint, owner, nil, func() (*Client, error) {
+		c := newClient(endpoint)
 		target := endpoint
 		if !strings.HasPrefix(endpoint, "unix:") {
 			// host:port, explicitly DNS: gRPC would read a host such as
@@ -101,24 +175,53 @@ func (p *Pool) CSI(endpoint string) (*Client, error) {
 		conn, err := grpc.NewClient(target,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(reconnectBackoff),
-			grpc.WithChainUnaryInterceptor(p.logCall(endpoint)),
+			grpc.WithContextDialer(c.dial),
+			grpc.WithChainUnaryInterceptor(p.intercept(c)),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
 		}
-		return newClient(endpoint, conn), nil
+		c.attach(conn)
+		return c, nil
 	})
 }
 
-// Local returns the in-process built-in driver for opts.BasePath, serving it
-// over an in-memory listener so the proxy forwards to it exactly as to an
-// external driver. One base path has one driver, whose per-volume locks
-// serialise every connection using it; a connection that asks for the same
-// path with other stage/controllerPublish settings is refused, since one
+// dial connects to the upstream. gRPC hands a custom dialer unix targets
+// as "unix://<path>" and resolved TCP addresses as host:port. Every
+// connection after the first may reach another upstream process (a
+// restart, an upgrade), so it empties the capability cache.
+func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		network, addr = "unix", path
+	} else if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil && c.dials.Add(1) > 1 {
+		c.caps.reset()
+	}
+	return conn, err
+}
+
+// Local leases the in-process built-in driver for opts (its base path and
+// settings) for the connection owner, serving it over an in-memory
+// listener so the proxy forwards to it exactly as to an external driver.
+// The driver's per-volume locks serialise every connection using it.
+//
+// A connection whose file changes its settings gets a new driver, and the
+// old one closes once its calls end; but two connections may not use one
+// base path with different stage or controllerPublish settings, since one
 // directory tree cannot be staged and unstaged at once.
-func (p *Pool) Local(opts hostpath.Options) (*Client, error) {
-	target := "local-hostpath:" + opts.BasePath
-	c, err := p.get(target, func() (*Client, error) {
+//
+// Building the driver touches the base path, which may sit on a hung
+// mount: the build runs on its own, and Local waits for it only until ctx
+// ends (the caller's deadline, capped by the store).
+func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (*Lease, error) {
+	base := filepath.Clean(opts.BasePath)
+	target := "local-hostpath:" + base
+	key := fmt.Sprintf("%s?stage=%t&controllerPublish=%t", target, opts.Stage, opts.ControllerPublish)
+	return p.acquire(ctx, key, owner, &opts, func() (*Client, error) {
 		d, err := hostpath.New(opts)
 		if err != nil {
 			return nil, err
@@ -127,85 +230,260 @@ func (p *Pool) Local(opts hostpath.Options) (*Client, error) {
 		srv := grpc.NewServer()
 		d.Register(srv)
 		go func() { _ = srv.Serve(lis) }()
+		c := newClient(target)
 		conn, err := grpc.NewClient("passthrough:///"+target,
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithChainUnaryInterceptor(p.logCall(target)),
+			grpc.WithChainUnaryInterceptor(p.intercept(c)),
 		)
 		if err != nil {
 			srv.Stop()
+			_ = d.Close()
 			return nil, err
 		}
-		c := newClient(target, conn)
-		c.server, c.lis, c.local = srv, lis, &opts
+		c.attach(conn)
+		c.local = &localDriver{opts: opts, driver: d, server: srv}
 		return c, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if c.local != nil && (c.local.Stage != opts.Stage || c.local.ControllerPublish != opts.ControllerPublish) {
-		return nil, fmt.Errorf("shareBasePath %s is already served with stage=%t controllerPublish=%t; this connection asks for stage=%t controllerPublish=%t",
-			opts.BasePath, c.local.Stage, c.local.ControllerPublish, opts.Stage, opts.ControllerPublish)
-	}
-	return c, nil
 }
 
-func (p *Pool) get(key string, create func() (*Client, error)) (*Client, error) {
+// conflict refuses a built-in driver for base path settings that another
+// connection uses with other settings. The same connection may hold both
+// while an edit of its file takes effect.
+func (p *Pool) conflict(key, owner string, opts *hostpath.Options) error {
+	base := filepath.Clean(opts.BasePath)
+	for k, e := range p.entries {
+		if k == key || e.local == nil || filepath.Clean(e.local.BasePath) != base {
+			continue
+		}
+		for other := range e.owners {
+			if other != owner {
+				return fmt.Errorf("shareBasePath %s is already served with stage=%t controllerPublish=%t for connection %q; this connection asks for stage=%t controllerPublish=%t",
+					base, e.local.Stage, e.local.ControllerPublish, other, opts.Stage, opts.ControllerPublish)
+			}
+		}
+	}
+	return nil
+}
+
+// acquire leases the client under key, building it with create if no one
+// has. The build runs in its own goroutine, outside the lock: callers wait
+// for it only as long as ctx allows, and a build no one waits for any more
+// closes what it built.
+func (p *Pool) acquire(ctx context.Context, key, owner string, local *hostpath.Options, create func() (*Client, error)) (*Lease, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
-		return nil, fmt.Errorf("upstream pool is shut down")
+		p.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "upstream pool is shut down")
 	}
-	if c, ok := p.clients[key]; ok {
-		return c, nil
+	if local != nil {
+		if err := p.conflict(key, owner, local); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
 	}
-	c, err := create()
-	if err != nil {
-		return nil, err
+	e := p.entries[key]
+	if e == nil {
+		e = &entry{key: key, ready: make(chan struct{}), owners: map[string]int{}, local: local}
+		p.entries[key] = e
+		p.bg.Add(1)
+		go p.build(e, create)
 	}
-	p.clients[key] = c
-	return c, nil
+	e.refs++
+	e.owners[owner]++
+	p.mu.Unlock()
+
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		p.release(e, owner)
+		return nil, fmt.Errorf("%s is not ready: %w", targetOf(key), ctx.Err())
+	}
+	if e.err != nil {
+		p.release(e, owner)
+		return nil, e.err
+	}
+	return &Lease{p: p, e: e, owner: owner}, nil
 }
 
-// Len reports how many upstream clients exist.
+// targetOf is the Target of the client under key.
+func targetOf(key string) string {
+	key = strings.TrimPrefix(key, "csi:")
+	if i := strings.LastIndexByte(key, '?'); i >= 0 && strings.HasPrefix(key, "local-hostpath:") {
+		key = key[:i]
+	}
+	return key
+}
+
+// build runs create and publishes its result. A failed build leaves the
+// map, so the next caller tries again; a client built for no one (every
+// caller gave up, or the pool closed) is closed at once.
+func (p *Pool) build(e *entry, create func() (*Client, error)) {
+	defer p.bg.Done()
+	c, err := safely(create)
+	p.mu.Lock()
+	e.c, e.err = c, err
+	close(e.ready)
+	orphan := err == nil && (e.refs == 0 || p.closed)
+	if err != nil || orphan {
+		p.remove(e)
+	}
+	p.mu.Unlock()
+	if orphan {
+		p.closeClient(c)
+	}
+}
+
+// safely runs create, turning a panic into an error: no panic of a build
+// may take the proxy down.
+func safely(create func() (*Client, error)) (c *Client, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("building the upstream client panicked: %v", r)
+		}
+	}()
+	return create()
+}
+
+// remove takes e out of the map; p.mu is held.
+func (p *Pool) remove(e *entry) {
+	e.gone = true
+	if p.entries[e.key] == e {
+		delete(p.entries, e.key)
+	}
+}
+
+// release drops one reference to e; the last one of a built entry closes
+// its client in the background.
+func (p *Pool) release(e *entry, owner string) {
+	p.mu.Lock()
+	e.refs--
+	if e.owners[owner]--; e.owners[owner] <= 0 {
+		delete(e.owners, owner)
+	}
+	var c *Client
+	if e.refs == 0 && !e.gone && e.isReady() && e.err == nil {
+		p.remove(e)
+		c = e.c
+		p.bg.Add(1)
+	}
+	p.mu.Unlock()
+	if c != nil {
+		go func() {
+			defer p.bg.Done()
+			p.closeClient(c)
+		}()
+	}
+}
+
+// closeClient waits for c's calls in flight, closes its channel and stops
+// its built-in driver.
+func (p *Pool) closeClient(c *Client) {
+	if !c.drain(drainTimeout) {
+		p.log.Warn("closing an upstream client with calls still in flight", "upstream", c.Target, "calls", c.inflight.Load())
+	}
+	_ = c.conn.Close()
+	if l := c.local; l != nil {
+		stopped := make(chan struct{})
+		go func() {
+			l.server.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(stopTimeout):
+			// A handler stuck on a hung mount: cut the connections, the
+			// handler ends when the mount answers.
+			p.log.Warn("built-in driver calls still running after its client was released; stopping it", "upstream", c.Target)
+			l.server.Stop()
+			<-stopped
+		}
+		if err := l.driver.Close(); err != nil {
+			p.log.Warn("closing built-in driver", "upstream", c.Target, "error", err)
+		}
+	}
+	p.log.Debug("upstream client closed", "upstream", c.Target)
+}
+
+// Len reports how many upstream clients exist, built or being built.
 func (p *Pool) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.clients)
+	return len(p.entries)
 }
 
-// Close closes every client and stops in-process drivers.
-func (p *Pool) Close() {
+// Targets lists the Target of every client, for messages and tests.
+func (p *Pool) Targets() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.entries))
+	for k := range p.entries {
+		out = append(out, targetOf(k))
+	}
+	return out
+}
+
+// Close closes every client and stops in-process drivers, waiting up to
+// closeTimeout for them; leases released after it do nothing. A build
+// still running (a hung mount) closes what it built when it ends.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
 	p.closed = true
-	for k, c := range p.clients {
-		_ = c.conn.Close()
-		if c.server != nil {
-			c.server.Stop()
+	var closing []*Client
+	for _, e := range p.entries {
+		if e.isReady() && e.err == nil {
+			p.remove(e)
+			closing = append(closing, e.c)
 		}
-		delete(p.clients, k)
+	}
+	p.bg.Add(len(closing))
+	p.mu.Unlock()
+	for _, c := range closing {
+		go func() {
+			defer p.bg.Done()
+			p.closeClient(c)
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		p.bg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeTimeout):
+		p.log.Warn("upstream clients still closing or being built after the pool closed", "timeout", closeTimeout)
 	}
 }
 
-// logCall logs each upstream call at debug level and reports it to the
-// observer; with neither, the call goes straight through, keeping the hot
-// path free of clocks and formatting.
-func (p *Pool) logCall(target string) grpc.UnaryClientInterceptor {
+// intercept accounts for each call on c (so a released client closes once
+// its calls end), logs it at debug level and reports it to the observer;
+// with neither, the call goes straight through, keeping the hot path free
+// of clocks and formatting.
+func (p *Pool) intercept(c *Client) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		done, err := c.track()
+		if err != nil {
+			return err
+		}
+		defer done()
 		obs := p.observer.Load()
 		debug := p.log.Enabled(ctx, slog.LevelDebug)
 		if obs == nil && !debug {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 		start := time.Now()
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		err = invoker(ctx, method, req, reply, cc, opts...)
 		d := time.Since(start)
 		if obs != nil {
-			(*obs)(ctx, target, method, status.Code(err), d)
+			(*obs)(ctx, c.Target, method, status.Code(err), d)
 		}
 		if debug {
-			p.log.DebugContext(ctx, "upstream call", "upstream", target, "method", method,
+			p.log.DebugContext(ctx, "upstream call", "upstream", c.Target, "method", method,
 				"code", status.Code(err).String(), "duration", d)
 		}
 		return err

@@ -75,10 +75,7 @@ func TestCSIHostPortIsTCP(t *testing.T) {
 	port := tcp.Addr().(*net.TCPAddr).Port
 	p := quietPool(t)
 	for _, ep := range []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("localhost:%d", port)} {
-		c, err := p.CSI(ep)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := leaseCSI(t, p, ep)
 		if name, err := pluginName(c, 10*time.Second); err != nil || name != "tcp" {
 			t.Errorf("%s: GetPluginInfo = %q, %v; want the TCP server", ep, name, err)
 		}
@@ -90,10 +87,7 @@ func TestCSIHostPortIsTCP(t *testing.T) {
 		t.Skipf("no abstract unix sockets here: %v", err)
 	}
 	serveOn(t, abstract, "abstract")
-	c, err := p.CSI("unix-abstract:" + abstractName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := leaseCSI(t, p, "unix-abstract:"+abstractName)
 	name, err := pluginName(c, 3*time.Second)
 	if err == nil {
 		t.Fatalf("host:port endpoint unix-abstract:%s reached %q over an abstract unix socket", abstractName, name)
@@ -120,10 +114,7 @@ func TestCSIReconnectsSoonAfterOutage(t *testing.T) {
 		return l
 	}
 	stop := serveOn(t, listen(), "up")
-	c, err := quietPool(t).CSI("unix://" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := leaseCSI(t, quietPool(t), "unix://"+path)
 	if _, err := pluginName(c, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package hostpath
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,7 +280,12 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	defer unlock()
 	// CleanupMountPoint unmounts and then removes target_path with
 	// os.Remove, never RemoveAll: if the path still has content it is not
-	// our mount, and deleting it could destroy data.
+	// our mount, and deleting it could destroy data. A path that is already
+	// gone (every retry) is checked here first only because
+	// CleanupMountPoint logs a warning for it.
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
 	switch err := mount.CleanupMountPoint(target, d.mounter, true); {
 	case err == nil:
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):

@@ -1,12 +1,18 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 )
 
 // TestCLI drives a running proxy with the binary's own client, as an admin
@@ -85,4 +91,110 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("volume still listed after delete:\n%s", out)
 	}
 	run(2, "no-such-command")
+}
+
+// runBinary runs the binary with args and returns its exit code and output.
+func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = baseEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// TestCLIHelpAndExitCodes: what scripts and people see from the binary
+// itself: help on stdout with exit 0, --version as version, and a wrong
+// command line answered with exit 2 and the usage on stderr.
+func TestCLIHelpAndExitCodes(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"serve", "--help"}, {"topology", "-h"}, {"check", "-h"},
+		{"csi", "--help"}, {"csi", "create-volume", "-h"}, {"version", "--help"}} {
+		code, out, errOut := runBinary(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage:") || errOut != "" {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q", args, code, len(out), errOut)
+		}
+	}
+	_, version, _ := runBinary(t, "version")
+	if code, out, _ := runBinary(t, "--version"); code != 0 || out != version || version == "" {
+		t.Errorf("--version: exit %d %q; version printed %q", code, out, version)
+	}
+	for _, args := range [][]string{{"no-such-command"}, {"--no-such-flag"}, {"check", "--no-such-flag"}, {"csi", "no-such-command"}} {
+		code, out, errOut := runBinary(t, args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "Usage:") {
+			t.Errorf("%v: exit %d, want 2\nstdout:\n%s\nstderr:\n%s", args, code, out, errOut)
+		}
+	}
+}
+
+// TestCLIServesWithoutCommand starts the binary as the manifests in
+// deploy/ may (flags, no "serve"), talks to it with the csi client, and
+// stops it with SIGTERM: it exits 0 and removes its socket.
+func TestCLIServesWithoutCommand(t *testing.T) {
+	dir := newTestDir(t)
+	connDir := filepath.Join(dir, "connections")
+	writeFile(t, filepath.Join(connDir, "local.yaml"), fmt.Sprintf(
+		"driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", filepath.Join(dir, "storage")))
+	cfg := filepath.Join(dir, "config", "proxy.yaml")
+	writeFile(t, cfg, proxyConfig(connDir, filepath.Join(dir, "hosts", "default")))
+	sock := filepath.Join(dir, "sock", "csi.sock")
+	ep := "unix://" + sock
+	cmd := exec.Command(binary, "--config="+cfg, "--csi-endpoint="+ep, "--mode=all", "--node-id=node-cli-zone1", "--log-level=debug")
+	cmd.Env = baseEnv()
+	if raceEnabled && os.Getenv("GORACE") == "" {
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=100")
+	}
+	logs := &syncbuf.Buffer{} // written by the process while the test reads it
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		code, out, _ := runBinary(t, "csi", "--endpoint", ep, "node-info")
+		if code == 0 {
+			if !strings.HasPrefix(out, "node_id:               node-cli-zone1\n") {
+				t.Errorf("node-info:\n%s", out)
+			}
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("exited before serving: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not serving within %s\n%s", readyTimeout, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGTERM\n%s", logs.String())
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket %s left behind: %v", sock, err)
+	}
 }

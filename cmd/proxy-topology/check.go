@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -37,33 +38,42 @@ func (r checkResult) line() string {
 	return r.path + ": ok"
 }
 
-// checkCmd validates the main config and every connection file the proxy
-// would read, without starting anything, so it can gate a GitOps change in
-// CI or run as an init container. Exit codes: 0 no errors (warnings
-// allowed), 1 any error, 2 bad flags.
-func checkCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newCheckCommand() *cobra.Command {
 	var cfgPath, folder, endpoint string
+	cmd := &cobra.Command{
+		Use:   "check --config PATH [--connections-folder DIR]",
+		Short: "Validate the main config and every connection file",
+		Long: `Validates the main config and every connection file the proxy would read,
+without starting anything, so it can gate a GitOps change in CI or run as an
+init container. Prints one line per file (ok, warning: …, error: …) and a
+summary.
+
+--connections-folder checks a folder other than proxy.configFolder, e.g. the
+checkout whose files go into the connections Secret (check never reads a
+Secret: it is offline by design).
+
+Exit codes: 0 no errors (warnings pass), 1 any file has an error, 2 bad flags.`,
+		Example: `  proxy-topology check --config /etc/proxy-topology/proxy.yaml
+  proxy-topology check --config deploy/proxy.yaml --connections-folder deploy/connections`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" {
+				return usagef("--config is required")
+			}
+			return check(cmd.OutOrStdout(), cfgPath, folder, endpoint)
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&cfgPath, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG)")
 	fs.StringVar(&folder, "connections-folder", "", "check the connection files here instead of proxy.configFolder (e.g. a GitOps checkout)")
 	fs.StringVar(&endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "the proxy's own socket; a connection pointing at it is flagged (env CSI_ENDPOINT)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: proxy-topology check --config PATH [--connections-folder DIR]\n\nValidates the main config and every connection file; prints one line per file\n(ok, warning: …, error: …) and exits 1 if any file has an error.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "proxy-topology check: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if cfgPath == "" {
-		fmt.Fprintln(stderr, "proxy-topology check: --config is required")
-		return 2
-	}
+	return cmd
+}
 
+// check prints the verdict on the main config at cfgPath and on every
+// connection file in folder (default proxy.configFolder); an error in any
+// file fails it (exit 1, after the whole report).
+func check(stdout io.Writer, cfgPath, folder, endpoint string) error {
 	results, cfg := checkMain(cfgPath)
 	if cfg != nil && cfg.Driver == config.DriverProxy {
 		if folder == "" {
@@ -95,9 +105,9 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "checked %d %s: %d ok, %d with warnings, %d with errors\n", len(results), plural(len(results), "file", "files"), ok, warned, failed)
 	if failed > 0 {
-		return 1
+		return &exitError{code: exitFailed}
 	}
-	return 0
+	return nil
 }
 
 func plural(n int, one, many string) string {

@@ -125,12 +125,12 @@ checked 4 files: 4 ok, 0 with warnings, 0 with errors
 		},
 		{name: "no config", args: nil, code: 2, stderrHas: "proxy-topology check: --config is required\n"},
 		{name: "stray argument", args: []string{"--config", "x.yaml", "extra"}, code: 2, stderrHas: "unexpected argument \"extra\""},
-		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "flag provided but not defined: -nope"},
+		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "proxy-topology check: unknown flag: --nope\n\nUsage:\n  proxy-topology check --config PATH"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PROXY_TOPOLOGY_CONFIG", "")
 			var stdout, stderr bytes.Buffer
-			code := checkCmd(tc.args, &stdout, &stderr)
+			code := run(append([]string{"check"}, tc.args...), &stdout, &stderr)
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout.String(), stderr.String())
 			}
@@ -148,7 +148,7 @@ checked 4 files: 4 ok, 0 with warnings, 0 with errors
 // allowed are the warnings the examples exist to show.
 func TestCheckExamples(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := checkCmd([]string{"--config", "../../examples/proxy.yaml", "--connections-folder", "../../examples/connections",
+	code := run([]string{"check", "--config", "../../examples/proxy.yaml", "--connections-folder", "../../examples/connections",
 		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
 	want := `../../examples/proxy.yaml: ok
 ../../examples/connections/iscsi-multizone.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means

@@ -1,12 +1,23 @@
 // Command proxy-topology is a CSI driver that routes many StorageClasses to
 // connections (external CSI drivers or the built-in local-hostpath) and adds
-// topology. Subcommands: serve (default), topology, check, csi, version.
+// topology. Subcommands: serve (the default), topology, check, csi, version;
+// `proxy-topology --help` lists them.
+//
+// This package is main only: the command line (cobra), loading and
+// validating the config, wiring the packages together and serving. The CSI
+// client of `proxy-topology csi` lives in internal/csiclient.
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/democratic-csi/proxy-topology/internal/csiclient"
 )
 
 // version is stamped by the build (-ldflags "-X main.version=…"); without
@@ -28,44 +39,145 @@ func buildVersion() string {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+// Exit codes of every command.
+const (
+	exitFailed = 1 // the command ran and failed; it says why
+	exitUsage  = 2 // the command line or a flag's value is wrong
+)
+
+// exitCoder is an error that decides the exit code. The commands return
+// only such errors; any other comes from parsing the command line and
+// exits 2.
+type exitCoder interface {
+	error
+	ExitCode() int
+}
+
+// exitError is the error of this package's commands. An exitError without
+// err prints nothing: the command has already said what failed (serve has
+// logged it, topology printed its verdict).
+type exitError struct {
+	code int
+	err  error
+	// usage prints the command's usage after err: the command line is
+	// wrong, rather than, say, the config file it names.
+	usage bool
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
 	}
-	switch cmd {
-	case "serve":
-		return serve(args)
-	case "topology":
-		return topologyCmd(args, os.Stdout, os.Stderr)
-	case "check":
-		return checkCmd(args, os.Stdout, os.Stderr)
-	case "csi":
-		return csiCmd(args, os.Stdout, os.Stderr)
-	case "version":
-		fmt.Println(buildVersion())
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+func usageError(err error) error { return &exitError{code: exitUsage, err: err, usage: true} }
+
+func usagef(format string, a ...any) error { return usageError(fmt.Errorf(format, a...)) }
+
+// configErrorf is exit code 2 without the usage: the flags are fine, what
+// they point at is not.
+func configErrorf(format string, a ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// run executes the command line args and returns the exit code: 0
+// success, 1 the command failed, 2 the command line is wrong. Help and
+// --version go to stdout; errors, and the usage after a wrong command
+// line, to stderr.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand()
+	root.SetArgs(append([]string{}, args...)) // never nil: cobra reads os.Args for nil
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return 0
-	case "help":
-		usage()
-		return 0
-	default:
-		fmt.Fprintf(os.Stderr, "proxy-topology: unknown command %q\n", cmd)
-		usage()
-		return 2
+	}
+	code := exitUsage
+	var coded exitCoder
+	if errors.As(err, &coded) {
+		code = coded.ExitCode()
+	}
+	var own *exitError
+	isOwn := errors.As(err, &own)
+	if isOwn && own.err == nil {
+		return code
+	}
+	if code == exitUsage {
+		// A mistake is named by the exact command, whose usage follows.
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+		if !isOwn || own.usage {
+			fmt.Fprintf(stderr, "\n%s", cmd.UsageString())
+		}
+		return code
+	}
+	// A failure is named by the top-level command: "proxy-topology csi:
+	// CreateVolume failed: …".
+	top := cmd
+	for top.HasParent() && top.Parent().HasParent() {
+		top = top.Parent()
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", top.CommandPath(), err)
+	return code
+}
+
+// newRootCommand builds the command tree. The root itself serves, with
+// serve's flags, so that `proxy-topology --csi-endpoint …` (how the
+// manifests in deploy/ and older scripts start it) is `proxy-topology
+// serve --csi-endpoint …`.
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "proxy-topology",
+		Short: "A CSI driver that routes many StorageClasses to storage connections and adds topology",
+		Long: `proxy-topology is one CSI driver for many storage systems: a StorageClass
+names a connection (parameters.connection), one YAML file per connection in
+a folder or a Secret; every CSI call is routed to that connection's driver,
+and CreateVolume answers with the zones the connection can reach.
+
+Without a command it serves: the flags below are serve's, and
+"proxy-topology --csi-endpoint …" is "proxy-topology serve --csi-endpoint …".`,
+		Example: `  proxy-topology serve --config /etc/proxy-topology/proxy.yaml --mode node
+  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zone1 --requisite zone=zone2
+  proxy-topology check --config proxy.yaml --connections-folder connections/
+  proxy-topology csi info`,
+		Version:           buildVersion(),
+		SilenceErrors:     true, // run prints errors and usage
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	// The root has no Args: cobra then refuses a word that is not a
+	// command as `unknown command "x"`, with suggestions.
+	addServe(root)
+	root.AddCommand(newServeCommand(), newTopologyCommand(), newCheckCommand(), csiclient.NewCommand(), newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version (as GetPluginInfo reports it)",
+		Long:  "Prints the version GetPluginInfo reports, as --version on the root does.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), buildVersion())
+			return nil
+		},
 	}
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: proxy-topology [command] [flags]
-
-commands:
-  serve     serve the CSI driver (default); serve -h lists flags
-  topology  dry-run node topology rules and CreateVolume accessibility
-  check     validate the main config and every connection file
-  csi       call the CSI socket: info, create-volume, list-volumes, … (csi -h)
-  version   print the version
-`)
+// noArgs refuses positional arguments.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
 }

@@ -116,7 +116,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 func runCSI(t *testing.T, endpoint string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = csiCmd(append([]string{"--endpoint", endpoint}, args...), &out, &errb)
+	code = run(append([]string{"csi", "--endpoint", endpoint}, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -1,31 +1,21 @@
 package main
 
 import (
-	"flag"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+
+	"github.com/spf13/pflag"
 )
 
-// hiddenFlags are registered but left out of serve -h: they are for
-// developers (the benchmark in bench/ profiles the proxy with them), not
-// for deployments.
-var hiddenFlags = map[string]bool{"pprof-address": true}
-
-// addPprofFlag registers --pprof-address and hides the hidden flags from
-// the usage text.
-func addPprofFlag(fs *flag.FlagSet) *string {
+// addPprofFlag registers --pprof-address, hidden from the help: it is for
+// developers (the benchmark in bench/ profiles the proxy with it), not for
+// deployments.
+func addPprofFlag(fs *pflag.FlagSet) *string {
 	addr := fs.String("pprof-address", "", "host:port serving net/http/pprof under /debug/pprof/; empty: off")
-	fs.Usage = func() {
-		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-		shown.SetOutput(fs.Output())
-		fs.VisitAll(func(f *flag.Flag) {
-			if !hiddenFlags[f.Name] {
-				shown.Var(f.Value, f.Name, f.Usage)
-			}
-		})
-		shown.Usage()
+	if err := fs.MarkHidden("pprof-address"); err != nil {
+		panic(err) // the flag was just defined
 	}
 	return addr
 }

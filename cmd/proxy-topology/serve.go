@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/democratic-csi/proxy-topology/examples"
@@ -85,7 +88,7 @@ func or(a, b string) string {
 }
 
 // AddFlags registers the serve flags on fs.
-func (o *Options) AddFlags(fs *flag.FlagSet) {
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Config, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG); empty serves the built-in example config with local-hostpath connections")
 	fs.StringVar(&o.DefaultDir, "default-dir", or(env("PROXY_TOPOLOGY_DEFAULT_DIR"), filepath.Join(os.TempDir(), "proxy-topology-default")), "where the built-in default keeps connections and volumes (env PROXY_TOPOLOGY_DEFAULT_DIR)")
 	fs.StringVar(&o.Endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "CSI socket (env CSI_ENDPOINT)")
@@ -126,34 +129,55 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-func serve(args []string) int {
+func newServeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the CSI driver (the default command)",
+		Long: `Serves the CSI driver on --csi-endpoint until SIGTERM or SIGINT, then lets
+in-flight calls finish for --shutdown-timeout.
+
+--mode picks the services: controller (the Deployment, with the sidecars),
+node (the DaemonSet) or all. Each flag's default comes from the env var its
+help names, so a Pod spec can set either. Without --config it serves the
+built-in example config, with local-hostpath connections under
+--default-dir.
+
+Exit codes: 0 stopped by a signal, 1 failed (the log says why), 2 a flag's
+value is wrong.`,
+		Example: `  proxy-topology serve --config /etc/proxy-topology/proxy.yaml --mode controller
+  proxy-topology serve --config proxy.yaml --mode node --node-id "$NODE_NAME" --metrics-address :8080
+  proxy-topology serve --csi-endpoint unix:///tmp/csi.sock --default-dir /tmp/pt   # the built-in example config`,
+		Args: noArgs,
+	}
+	addServe(cmd)
+	return cmd
+}
+
+// addServe makes cmd serve: the root command does too, so that the
+// manifests' `proxy-topology --csi-endpoint …` keeps working.
+func addServe(cmd *cobra.Command) {
 	var o Options
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	o.AddFlags(fs)
-	pprofAddress := addPprofFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	o.AddFlags(cmd.Flags())
+	pprofAddress := addPprofFlag(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := logging.New(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)
+		if err != nil {
+			return usageError(err)
+		}
+		if err := o.Validate(); err != nil {
+			return usageError(err)
+		}
+		if err := startPprof(*pprofAddress, log); err != nil {
+			return usagef("--pprof-address: %w", err)
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		if err := Serve(ctx, o, log); err != nil {
+			log.Error("exiting", "error", err)
+			return &exitError{code: exitFailed}
+		}
+		return nil
 	}
-	log, err := logging.New(os.Stderr, o.LogFormat, o.LogLevel)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "proxy-topology:", err)
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "proxy-topology:", err)
-		return 2
-	}
-	if err := startPprof(*pprofAddress, log); err != nil {
-		fmt.Fprintln(os.Stderr, "proxy-topology: --pprof-address:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := Serve(ctx, o, log); err != nil {
-		log.Error("exiting", "error", err)
-		return 1
-	}
-	return 0
 }
 
 // Serve loads the config, builds the driver and serves until ctx ends.
@@ -301,10 +325,9 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 }
 
 func formatSegments(m map[string]string) string {
-	keys := sortedKeys(m)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
 }

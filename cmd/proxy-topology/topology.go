@@ -2,112 +2,146 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/csiclient"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
-	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
-// multi collects a repeatable flag.
-type multi []string
+// dryRun is the admin's dry run behind `proxy-topology topology`: which
+// segments would a node report, and would CreateVolume succeed for a
+// connection and a claim's topology requirement. Its fields are the flags.
+type dryRun struct {
+	// Config is the main config; empty uses the built-in example config.
+	Config string
+	// NodeName, Hostname, Env, Files and Labels are the node's inputs to
+	// the rules; with Live the hostname, env vars and files are read from
+	// this machine, the flags still winning.
+	NodeName, Hostname   string
+	Env, Files, Labels   []string
+	Live                 bool
+	Connection, Folder   string
+	Requisite, Preferred []string
+}
 
-func (m *multi) String() string     { return strings.Join(*m, " ") }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+func (d *dryRun) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&d.Config, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG); empty uses the built-in example config")
+	fs.StringVar(&d.NodeName, "node-name", defaultNodeID(), "node name the rules see (env CSI_NODE_ID, then NODE_NAME, then the hostname, as serve's --node-id)")
+	fs.StringVar(&d.Hostname, "hostname", "", "hostname the rules see")
+	fs.StringArrayVar(&d.Env, "env", nil, "`K=V` env var the rules see (repeatable)")
+	fs.StringArrayVar(&d.Files, "file", nil, "`PATH=CONTENT` file the rules see (repeatable)")
+	fs.StringArrayVar(&d.Labels, "label", nil, "`K=V` node label the rules see (repeatable)")
+	fs.BoolVar(&d.Live, "live", false, "read hostname, env vars and files from this machine (flags still win)")
+	fs.StringVar(&d.Connection, "connection", "", "connection to check a CreateVolume against")
+	fs.StringVar(&d.Folder, "connections-folder", "", "folder with <connection>.yaml; default proxy.configFolder")
+	fs.StringArrayVar(&d.Requisite, "requisite", nil, "requisite term `k=v,k=v` (repeatable; terms are ORed; short keys get the prefix)")
+	fs.StringArrayVar(&d.Preferred, "preferred", nil, "preferred term `k=v,k=v` (repeatable, in order)")
+}
 
-// topologyCmd is the admin's dry run: which segments would this node
-// report, and would CreateVolume succeed for a connection and request.
-// Exit codes: 0 ok, 1 the node has no segment or CreateVolume would fail,
-// 2 bad flags or config.
-func topologyCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("topology", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		cfgPath, nodeName, hostname, conn, folder string
-		live                                      bool
-		envs, files, labels, requisite, preferred multi
-	)
-	fs.StringVar(&cfgPath, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file; empty uses the built-in example config")
-	fs.StringVar(&nodeName, "node-name", defaultNodeID(), "node name the rules see (env CSI_NODE_ID, then NODE_NAME, then the hostname: serve's --node-id)")
-	fs.StringVar(&hostname, "hostname", "", "hostname the rules see")
-	fs.Var(&envs, "env", "K=V env var the rules see (repeatable)")
-	fs.Var(&files, "file", "PATH=CONTENT file the rules see (repeatable)")
-	fs.Var(&labels, "label", "K=V node label the rules see (repeatable)")
-	fs.BoolVar(&live, "live", false, "read hostname, env vars and files from this machine (flags still win)")
-	fs.StringVar(&conn, "connection", "", "connection to check a CreateVolume against")
-	fs.StringVar(&folder, "connections-folder", "", "folder with <connection>.yaml; default proxy.configFolder")
-	fs.Var(&requisite, "requisite", "requisite term k=v,k=v (repeatable; terms are ORed; short keys get the prefix)")
-	fs.Var(&preferred, "preferred", "preferred term k=v,k=v (repeatable, in order)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: proxy-topology topology [flags]\n\nPrints the segments a node would report and why each rule matched or not;\nwith --connection, whether CreateVolume would succeed and its accessible_topology.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "proxy-topology topology: "+format+"\n", a...)
-		return 2
-	}
+func newTopologyCommand() *cobra.Command {
+	var d dryRun
+	cmd := &cobra.Command{
+		Use:   "topology",
+		Short: "Dry-run node topology rules and CreateVolume accessibility",
+		Long: `Prints the segments a node would report and why each rule matched or not;
+with --connection, whether CreateVolume would succeed for that connection and
+the claim's --requisite/--preferred terms, and the accessible_topology it
+would return. Nothing is served and no cluster is needed.
 
+The node's inputs are flags; the node name defaults to what serve would use
+as its node id.
+
+Exit codes: 0 the node has segments (and CreateVolume would succeed),
+1 it has none or CreateVolume would fail, 2 bad flags or config.`,
+		Example: `  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --file /etc/proxy-topology/region=region1
+  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zone1 --requisite zone=zone2
+  proxy-topology topology --config proxy.yaml --live --label topology.kubernetes.io/zone=zone1`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return d.run(cmd.Context(), cmd.OutOrStdout()) },
+	}
+	d.addFlags(cmd.Flags())
+	return cmd
+}
+
+// run prints the dry run to stdout. A verdict of "would fail" is an
+// exitError without a message: the output already says why.
+func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 	var cfg *config.Loaded
 	var err error
-	if cfgPath != "" {
-		cfg, err = config.LoadMainFile(cfgPath)
+	if d.Config != "" {
+		cfg, err = config.LoadMainFile(d.Config)
 	} else {
 		data, _ := examplesProxyYAML()
 		cfg, err = config.LoadMain("(built-in examples/proxy.yaml)", data, os.Environ())
 	}
 	if err != nil {
-		return fail("%v", err)
+		return configErrorf("%v", err)
 	}
 	if cfg.Driver != config.DriverProxy {
-		return fail("config %s serves driver %s, which has no topology", cfg.File, cfg.Driver)
+		return configErrorf("config %s serves driver %s, which has no topology", cfg.File, cfg.Driver)
 	}
 	ev := cfg.Topology
 
-	in := nodetopology.Inputs{NodeName: nodeName, Hostname: hostname, Env: map[string]string{}, Files: map[string]nodetopology.FileInput{}}
-	if live {
-		in = nodetopology.Gather(context.Background(), ev, nodeName, nil)
-		if hostname != "" {
-			in.Hostname = hostname
+	in := nodetopology.Inputs{NodeName: d.NodeName, Hostname: d.Hostname, Env: map[string]string{}, Files: map[string]nodetopology.FileInput{}}
+	if d.Live {
+		in = nodetopology.Gather(ctx, ev, d.NodeName, nil)
+		if d.Hostname != "" {
+			in.Hostname = d.Hostname
 		}
 	}
-	for _, kv := range envs {
+	for _, kv := range d.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return fail("--env %q: want K=V", kv)
+			return usagef("--env %q: want K=V", kv)
 		}
 		in.Env[k] = v
 	}
-	for _, kv := range files {
+	for _, kv := range d.Files {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return fail("--file %q: want PATH=CONTENT", kv)
+			return usagef("--file %q: want PATH=CONTENT", kv)
 		}
 		in.Files[k] = nodetopology.FileInput{Content: v}
 	}
-	if len(labels) > 0 {
+	if len(d.Labels) > 0 {
 		in.Labels = map[string]string{}
-		for _, kv := range labels {
+		for _, kv := range d.Labels {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
-				return fail("--label %q: want K=V", kv)
+				return usagef("--label %q: want K=V", kv)
 			}
 			in.Labels[k] = v
 		}
+	}
+	req := &csi.TopologyRequirement{}
+	for _, t := range d.Requisite {
+		seg, err := csiclient.ParseTerm(t, ev.Prefix())
+		if err != nil {
+			return usagef("--requisite: %v", err)
+		}
+		req.Requisite = append(req.Requisite, seg)
+	}
+	for _, t := range d.Preferred {
+		seg, err := csiclient.ParseTerm(t, ev.Prefix())
+		if err != nil {
+			return usagef("--preferred: %v", err)
+		}
+		req.Preferred = append(req.Preferred, seg)
 	}
 
 	res := ev.Evaluate(in)
@@ -123,105 +157,54 @@ func topologyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, line)
 	}
 	fmt.Fprintln(stdout, "segments:")
-	for _, k := range sortedKeys(res.Segments) {
+	for _, k := range slices.Sorted(maps.Keys(res.Segments)) {
 		fmt.Fprintf(stdout, "  %s=%s\n", k, res.Segments[k])
 	}
-	code := 0
+	var verdict error
 	if err := res.Err(); err != nil {
 		fmt.Fprintf(stdout, "NodeGetInfo would fail: %s\n", status.Convert(err).Message())
-		code = 1
+		verdict = &exitError{code: exitFailed}
 	}
-	if conn == "" {
-		return code
+	if d.Connection == "" {
+		return verdict
 	}
 
+	folder := d.Folder
 	if folder == "" {
 		folder = cfg.Proxy.ConfigFolder
 	}
-	req := &csi.TopologyRequirement{}
-	for _, t := range requisite {
-		seg, err := parseTerm(t, ev.Prefix())
-		if err != nil {
-			return fail("--requisite: %v", err)
-		}
-		req.Requisite = append(req.Requisite, seg)
-	}
-	for _, t := range preferred {
-		seg, err := parseTerm(t, ev.Prefix())
-		if err != nil {
-			return fail("--preferred: %v", err)
-		}
-		req.Preferred = append(req.Preferred, seg)
-	}
-	terms := fmt.Sprintf("  requisite: %s\n  preferred: %s\n", formatTerms(req.Requisite), formatTerms(req.Preferred))
+	conn := d.Connection
+	terms := fmt.Sprintf("  requisite: %s\n  preferred: %s\n", csiclient.FormatTerms(req.Requisite), csiclient.FormatTerms(req.Preferred))
 	// The server refuses a name that can never be a connection before it
 	// looks for a file (connection.Store.Get), whatever the folder holds.
 	if err := ids.ValidateConnectionName(conn); err != nil {
 		fmt.Fprintf(stdout, "connection %q:\n%s", conn, terms)
 		fmt.Fprintf(stdout, "  CreateVolume: %s: %v: %v\n", codes.InvalidArgument, connection.ErrInvalidName, err)
-		return 1
+		return &exitError{code: exitFailed}
 	}
 	src := connection.NewFolderSource(folder)
 	file := src.Describe(conn)
 	data, err := src.Read(conn)
 	if err != nil {
-		return fail("connection %q: %v", conn, err)
+		return configErrorf("connection %q: %v", conn, err)
 	}
 	opts := ev.Accessibility()
 	c, _, err := config.ParseConnection(file, data, opts)
 	if err != nil {
-		return fail("connection %q: %v", conn, err)
+		return configErrorf("connection %q: %v", conn, err)
 	}
 	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, file, terms)
 	top, err := accessible.Decide(conn, req, c.Proxy.PerDriver.Topology, opts)
 	if err != nil {
 		st := status.Convert(err)
 		fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())
-		return 1
+		return &exitError{code: exitFailed}
 	}
 	fmt.Fprintln(stdout, "  CreateVolume: OK")
 	if top == nil {
 		fmt.Fprintln(stdout, "  accessible_topology: none (reachable from every node)")
 	} else {
-		fmt.Fprintf(stdout, "  accessible_topology: %s\n", formatTerms(top))
+		fmt.Fprintf(stdout, "  accessible_topology: %s\n", csiclient.FormatTerms(top))
 	}
-	return code
-}
-
-// parseTerm reads k=v,k=v; short keys get the prefix like node rules do.
-func parseTerm(s, prefix string) (*csi.Topology, error) {
-	seg := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%q: want k=v,k=v", s)
-		}
-		seg[labels.FullKey(prefix, k)] = v
-	}
-	return &csi.Topology{Segments: seg}, nil
-}
-
-func formatTerms(ts []*csi.Topology) string {
-	if len(ts) == 0 {
-		return "[]"
-	}
-	parts := make([]string, len(ts))
-	for i, t := range ts {
-		segs := t.GetSegments()
-		kv := make([]string, 0, len(segs))
-		for _, k := range sortedKeys(segs) {
-			kv = append(kv, k+"="+segs[k])
-		}
-		parts[i] = "{" + strings.Join(kv, ", ") + "}"
-	}
-	return "[" + strings.Join(parts, " OR ") + "]"
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return verdict
 }

@@ -40,7 +40,7 @@ func writeDryRunConfig(t *testing.T, dir string) string {
 func runTopology(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = topologyCmd(args, &out, &errb)
+	code = run(append([]string{"topology"}, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -8,6 +8,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/democratic-csi/proxy-topology/internal/csiclient"
 )
 
 const zoneMain = `driver: proxy
@@ -52,7 +54,7 @@ func TestCLICreateListDelete(t *testing.T) {
 	if !strings.HasPrefix(id, "v:zone1/") || created.GetVolume().GetCapacityBytes() != 1<<30 {
 		t.Errorf("created %v", created.GetVolume())
 	}
-	if got := formatTerms(created.GetVolume().GetAccessibleTopology()); got != "[{org.democratic-csi.topology/zone=zone1}]" {
+	if got := csiclient.FormatTerms(created.GetVolume().GetAccessibleTopology()); got != "[{org.democratic-csi.topology/zone=zone1}]" {
 		t.Errorf("accessible_topology %s", got)
 	}
 
@@ -101,8 +103,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// TestCLIExitCodes: 0 ok, 1 the RPC failed (code and message on stderr), 2
-// usage.
+// TestCLIExitCodes: 0 ok (help too), 1 the RPC failed (code and message
+// on stderr), 2 usage (the message, then the usage, on stderr).
 func TestCLIExitCodes(t *testing.T) {
 	s := startServe(t, zoneMain, map[string]string{"zone1": zoneConnection(t.TempDir())})
 	for _, tc := range []struct {
@@ -133,15 +135,22 @@ func TestCLIExitCodes(t *testing.T) {
 			"version:                  " + buildVersion() + "\n" +
 			"ready:                    true\n" +
 			"plugin capabilities:      CONTROLLER_SERVICE, VOLUME_ACCESSIBILITY_CONSTRAINTS, VOLUME_EXPANSION_ONLINE\n"},
-		{name: "no command", code: 2, args: nil, stderr: "usage: proxy-topology csi"},
-		{name: "unknown command", code: 2, args: []string{"explode"}, stderr: `unknown command "explode"`},
-		{name: "missing name", code: 2, args: []string{"create-volume"}, stderr: "--name is required"},
+		{name: "no command", code: 2, args: nil, stderr: "proxy-topology csi: a command is required\n\nUsage:\n  proxy-topology csi [flags]\n  proxy-topology csi [command]\n"},
+		{name: "unknown command", code: 2, args: []string{"explode"}, stderr: `proxy-topology csi: unknown command "explode"`},
+		{name: "misspelt command", code: 2, args: []string{"node-inf"}, stderr: `unknown command "node-inf"; did you mean node-info?`},
+		{name: "unknown flag", code: 2, args: []string{"info", "--nope"}, stderr: "proxy-topology csi info: unknown flag: --nope\n\nUsage:"},
+		{name: "missing name", code: 2, args: []string{"create-volume"}, stderr: "proxy-topology csi create-volume: --name is required\n\nUsage:\n  proxy-topology csi create-volume --name N"},
 		{name: "bad size", code: 2, args: []string{"create-volume", "--name", "x", "--size", "lots"}, stderr: `"lots": want a size like 1Gi`},
 		{name: "bad term", code: 2, args: []string{"create-volume", "--name", "x", "--requisite", "zone"}, stderr: `--requisite: "zone": want k=v,k=v`},
 		{name: "bad access mode", code: 2, args: []string{"create-volume", "--name", "x", "--access-mode", "rwx"}, stderr: `--access-mode "rwx" is not a CSI access mode`},
 		{name: "delete without id", code: 2, args: []string{"delete-volume"}, stderr: "want 1 argument(s), got 0"},
 		{name: "bad output", code: 2, args: []string{"-o", "yaml", "info"}, stderr: `-o "yaml": want text or json`},
-		{name: "help", code: 2, args: []string{"publish", "-h"}, stderr: "usage: proxy-topology csi publish --volume ID --target PATH"},
+		{name: "shared flags after the command", code: 0, args: []string{"get-capacity", "--connection", "zone1", "--topology", "zone=zone2", "--output", "json"}, stdout: "{}\n"},
+		{name: "-o spelt --o", code: 0, args: []string{"get-capacity", "--connection", "zone1", "--topology", "zone=zone2", "--o=json"}, stdout: "{}\n"},
+		{name: "repeated params, the last wins", code: 1,
+			args:   []string{"create-volume", "--name", "x", "--param", "connection=zone1", "--param", "connection=nope"},
+			stderr: `connection "nope" has no file`},
+		{name: "help", code: 0, args: []string{"publish", "-h"}, stdout: "", stderr: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := runCSI(t, s.Endpoint, tc.args...)
@@ -150,6 +159,12 @@ func TestCLIExitCodes(t *testing.T) {
 			}
 			if tc.name == "info" {
 				out = strings.Join(strings.SplitAfter(out, "\n")[:4], "")
+			}
+			if tc.name == "help" {
+				if !strings.Contains(out, "Usage:\n  proxy-topology csi publish --volume ID --target PATH") || !strings.Contains(out, "--readonly") || errOut != "" {
+					t.Errorf("help: stdout %q, stderr %q", out, errOut)
+				}
+				return
 			}
 			if tc.stdout != "" && out != tc.stdout {
 				t.Errorf("stdout:\n%q\nwant:\n%q", out, tc.stdout)
@@ -169,7 +184,7 @@ func TestCLIExitCodes(t *testing.T) {
 	t.Run("endpoint from CSI_ENDPOINT", func(t *testing.T) {
 		t.Setenv("CSI_ENDPOINT", s.Endpoint)
 		var out, errb strings.Builder
-		if code := csiCmd([]string{"node-info"}, &out, &errb); code != 0 {
+		if code := run([]string{"csi", "node-info"}, &out, &errb); code != 0 {
 			t.Errorf("exit %d: %s", code, errb.String())
 		}
 	})
@@ -223,38 +238,5 @@ func TestCLINodeCommands(t *testing.T) {
 				t.Errorf("%s is not mounted read-only", target)
 			}
 		}
-	}
-}
-
-func TestSizes(t *testing.T) {
-	for in, want := range map[string]int64{"1Gi": 1 << 30, "512Mi": 512 << 20, "10G": 10e9, "1k": 1000, "4096": 4096, "0": 0} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "Gi", "-1Gi", "1.5Gi", "99999999999Ti"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) accepted", bad)
-		}
-	}
-	for in, want := range map[int64]string{1 << 30: "1Gi", 3 << 20: "3Mi", 1536 << 20: "1.5Gi", 1000: "1000", 0: "0", 83736616960: "78.0Gi"} {
-		if got := formatSize(in); got != want {
-			t.Errorf("formatSize(%d) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestGRPCTarget(t *testing.T) {
-	for in, want := range map[string]string{
-		"unix:///run/csi/csi.sock": "unix:///run/csi/csi.sock",
-		"/run/csi/csi.sock":        "unix:///run/csi/csi.sock",
-		"tcp://127.0.0.1:10000":    "passthrough:///127.0.0.1:10000",
-	} {
-		if got, err := grpcTarget(in); err != nil || got != want {
-			t.Errorf("grpcTarget(%q) = %q, %v", in, got, err)
-		}
-	}
-	if _, err := grpcTarget("csi.sock"); err == nil {
-		t.Error("a relative path was accepted")
 	}
 }

@@ -1,0 +1,108 @@
+package csiclient
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/spf13/cobra"
+)
+
+func (c *client) createSnapshotCommand() *cobra.Command {
+	var name, source string
+	params, secrets := kvFlag{}, kvFlag{}
+	cmd := &cobra.Command{
+		Use:     "create-snapshot --name N --source-volume ID",
+		Short:   "CreateSnapshot",
+		Example: "  proxy-topology csi create-snapshot --name snap-1 --source-volume v:nfs-zone1/vol-1",
+		Args:    noArgs,
+		RunE: c.run(func(ctx context.Context, _ []string) error {
+			if name == "" || source == "" {
+				return usagef("--name and --source-volume are required")
+			}
+			return unary(ctx, c, "CreateSnapshot", func(ctx context.Context) (*csi.CreateSnapshotResponse, error) {
+				return c.controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: source, Parameters: params, Secrets: secrets})
+			}, func(out io.Writer, resp *csi.CreateSnapshotResponse) {
+				s := resp.GetSnapshot()
+				fmt.Fprintf(out, "created snapshot %s of %s (size %s, ready_to_use=%t)\n", s.GetSnapshotId(), s.GetSourceVolumeId(), formatSize(s.GetSizeBytes()), s.GetReadyToUse())
+			})
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&name, "name", "", "snapshot name (required)")
+	fs.StringVar(&source, "source-volume", "", "volume ID to snapshot (required)")
+	fs.Var(params, "param", "VolumeSnapshotClass parameter (repeatable)")
+	fs.Var(secrets, "secret", "secret (repeatable)")
+	return cmd
+}
+
+func (c *client) deleteSnapshotCommand() *cobra.Command {
+	secrets := kvFlag{}
+	cmd := &cobra.Command{
+		Use:     "delete-snapshot ID",
+		Short:   "DeleteSnapshot",
+		Example: "  proxy-topology csi delete-snapshot s:nfs-zone1/snap-1",
+		Args:    exactArgs(1),
+		RunE: c.run(func(ctx context.Context, args []string) error {
+			return unary(ctx, c, "DeleteSnapshot", func(ctx context.Context) (*csi.DeleteSnapshotResponse, error) {
+				return c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: args[0], Secrets: secrets})
+			}, func(out io.Writer, _ *csi.DeleteSnapshotResponse) {
+				fmt.Fprintf(out, "deleted snapshot %s\n", args[0])
+			})
+		}),
+	}
+	cmd.Flags().Var(secrets, "secret", "secret (repeatable)")
+	return cmd
+}
+
+func (c *client) listSnapshotsCommand() *cobra.Command {
+	var maxEntries int
+	var source, id string
+	cmd := &cobra.Command{
+		Use:     "list-snapshots [--max N] [--source-volume ID] [--snapshot-id ID]",
+		Short:   "ListSnapshots, following next_token to the end",
+		Example: "  proxy-topology csi list-snapshots --source-volume v:nfs-zone1/vol-1",
+		Args:    noArgs,
+		RunE: c.run(func(ctx context.Context, _ []string) error {
+			if maxEntries < 0 || maxEntries > math.MaxInt32 {
+				return usagef("--max %d is out of range", maxEntries)
+			}
+			all := &csi.ListSnapshotsResponse{}
+			pages := 0
+			for tok := ""; ; {
+				resp, err := c.controller.ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: int32(maxEntries), StartingToken: tok, SourceVolumeId: source, SnapshotId: id})
+				if err != nil {
+					return rpcFailed("ListSnapshots", err)
+				}
+				pages++
+				all.Entries = append(all.Entries, resp.GetEntries()...)
+				if tok = resp.GetNextToken(); tok == "" {
+					break
+				}
+			}
+			return c.emit(all, func(out io.Writer) {
+				w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "SNAPSHOT ID\tSOURCE VOLUME\tSIZE\tREADY\tCREATED")
+				for _, e := range all.GetEntries() {
+					s := e.GetSnapshot()
+					created := ""
+					if t := s.GetCreationTime(); t != nil {
+						created = t.AsTime().UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\n", s.GetSnapshotId(), s.GetSourceVolumeId(), formatSize(s.GetSizeBytes()), s.GetReadyToUse(), created)
+				}
+				w.Flush()
+				fmt.Fprintf(out, "%d %s (%d %s)\n", len(all.Entries), plural(len(all.Entries), "snapshot", "snapshots"), pages, plural(pages, "page", "pages"))
+			})
+		}),
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&maxEntries, "max", 0, "max_entries per page; every page is fetched")
+	fs.StringVar(&source, "source-volume", "", "only snapshots of this volume ID")
+	fs.StringVar(&id, "snapshot-id", "", "only this snapshot ID")
+	return cmd
+}

@@ -91,9 +91,10 @@ etcd:
 	echo "installing etcd-server"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
 
-## bench: Go micro-benchmarks, then bench/ptbench: proxy-topology against a raw
-## gRPC forwarder and a no-op upstream, scale, memory; writes bench/results.json
-## and fails if a target of docs/performance.md is missed
+## bench: Go micro-benchmarks, then bench/cmd/ptbench: proxy-topology against
+## the typed and raw forwarders and a no-op upstream, a local-hostpath burst,
+## scale, memory; writes bench/results.json and fails if a target of
+## docs/performance.md is missed
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	$(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS)

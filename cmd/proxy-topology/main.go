@@ -163,10 +163,11 @@ Without a command it serves: the flags below are serve's, and
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version (as GetPluginInfo reports it)",
-		Long:  "Prints the version GetPluginInfo reports, as --version on the root does.",
-		Args:  noArgs,
+		Use:     "version",
+		Short:   "Print the version (as GetPluginInfo reports it)",
+		Long:    "Prints the version GetPluginInfo reports, as --version on the root does.",
+		Example: "  proxy-topology version\n  proxy-topology --version",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintln(cmd.OutOrStdout(), buildVersion())
 			return nil

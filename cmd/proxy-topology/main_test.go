@@ -22,8 +22,8 @@ func TestHelpEverywhere(t *testing.T) {
 	walk = func(c *cobra.Command) {
 		path := strings.Fields(c.CommandPath())[1:]
 		t.Run(strings.Join(append([]string{"root"}, path...), " "), func(t *testing.T) {
-			if c.Short == "" || c.Example == "" && c.HasParent() && !c.HasSubCommands() && c.Name() != "version" {
-				t.Errorf("%s lacks a Short or an Example", c.CommandPath())
+			if c.Short == "" || c.Long == "" || c.Example == "" {
+				t.Errorf("%s lacks a Short, a Long or an Example", c.CommandPath())
 			}
 			c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 				if f.Usage == "" {

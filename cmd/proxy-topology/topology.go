@@ -29,12 +29,16 @@ import (
 type dryRun struct {
 	// Config is the main config; empty uses the built-in example config.
 	Config string
-	// NodeName, Hostname, Env, Files and Labels are the node's inputs to
-	// the rules; with Live the hostname, env vars and files are read from
-	// this machine, the flags still winning.
-	NodeName, Hostname   string
-	Env, Files, Labels   []string
-	Live                 bool
+	// NodeName, Hostname, Env (K=V), Files (PATH=CONTENT) and Labels
+	// (K=V) are the node's inputs to the rules.
+	NodeName, Hostname string
+	Env, Files, Labels []string
+	// Live reads the hostname, env vars and files from this machine; the
+	// flags above still win.
+	Live bool
+	// Connection, if set, is checked for a CreateVolume with Requisite
+	// and Preferred (terms k=v,k=v) as the claim's requirement; its file
+	// is read from Folder, default proxy.configFolder.
 	Connection, Folder   string
 	Requisite, Preferred []string
 }

@@ -119,8 +119,12 @@ func (c *client) info(ctx context.Context, _ []string) error {
 
 func (c *client) nodeInfoCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:     "node-info",
-		Short:   "NodeGetInfo: the node id and the topology the node reports",
+		Use:   "node-info",
+		Short: "NodeGetInfo: the node id and the topology the node reports",
+		Long: `Calls NodeGetInfo: the node id, the volume limit and the segments the node
+reports (what kubelet puts on the node as topology labels). It fails with
+FAILED_PRECONDITION when no rule yields a segment; "proxy-topology topology"
+shows why.`,
 		Example: "  proxy-topology csi node-info",
 		Args:    noArgs,
 		RunE: c.run(func(ctx context.Context, _ []string) error {

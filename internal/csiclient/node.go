@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// The node commands act in the caller's mount namespace: run them in the
-// node plugin's container, with paths as it sees them.
+// nodeLong is the help every node command shares: they act in the
+// caller's mount namespace.
 const nodeLong = `Run it in the node plugin's container: paths are in its mount namespace.`
 
 // nodeFlags are what the node commands share; stage and publish also send

@@ -16,8 +16,10 @@ func (c *client) createSnapshotCommand() *cobra.Command {
 	var name, source string
 	params, secrets := kvFlag{}, kvFlag{}
 	cmd := &cobra.Command{
-		Use:     "create-snapshot --name N --source-volume ID",
-		Short:   "CreateSnapshot",
+		Use:   "create-snapshot --name N --source-volume ID",
+		Short: "CreateSnapshot",
+		Long: `Calls CreateSnapshot of --source-volume, on the volume's own connection (the
+snapshot ID is s:<connection>/…).`,
 		Example: "  proxy-topology csi create-snapshot --name snap-1 --source-volume v:nfs-zone1/vol-1",
 		Args:    noArgs,
 		RunE: c.run(func(ctx context.Context, _ []string) error {
@@ -45,6 +47,7 @@ func (c *client) deleteSnapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "delete-snapshot ID",
 		Short:   "DeleteSnapshot",
+		Long:    "Calls DeleteSnapshot. Deleting a snapshot that does not exist succeeds, as the CSI spec asks.",
 		Example: "  proxy-topology csi delete-snapshot s:nfs-zone1/snap-1",
 		Args:    exactArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
@@ -63,8 +66,11 @@ func (c *client) listSnapshotsCommand() *cobra.Command {
 	var maxEntries int
 	var source, id string
 	cmd := &cobra.Command{
-		Use:     "list-snapshots [--max N] [--source-volume ID] [--snapshot-id ID]",
-		Short:   "ListSnapshots, following next_token to the end",
+		Use:   "list-snapshots [--max N] [--source-volume ID] [--snapshot-id ID]",
+		Short: "ListSnapshots, following next_token to the end",
+		Long: `Calls ListSnapshots until next_token is empty, optionally only for one
+source volume or one snapshot ID. With -o json the output is one
+ListSnapshotsResponse holding every page's entries.`,
 		Example: "  proxy-topology csi list-snapshots --source-volume v:nfs-zone1/vol-1",
 		Args:    noArgs,
 		RunE: c.run(func(ctx context.Context, _ []string) error {

@@ -112,8 +112,10 @@ func (c *client) deleteVolumeCommand() *cobra.Command {
 
 func (c *client) getVolumeCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:     "get-volume ID",
-		Short:   "ControllerGetVolume: a volume's capacity, topology and where it is published",
+		Use:   "get-volume ID",
+		Short: "ControllerGetVolume: a volume's capacity, topology and where it is published",
+		Long: `Calls ControllerGetVolume. An ID the proxy did not make (not v:<connection>/…)
+is NOT_FOUND.`,
 		Example: "  proxy-topology csi get-volume v:nfs-zone1/vol-1",
 		Args:    exactArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
@@ -134,8 +136,10 @@ func (c *client) expandVolumeCommand() *cobra.Command {
 	var size sizeFlag
 	secrets := kvFlag{}
 	cmd := &cobra.Command{
-		Use:     "expand-volume ID --size S",
-		Short:   "ControllerExpandVolume",
+		Use:   "expand-volume ID --size S",
+		Short: "ControllerExpandVolume",
+		Long: `Calls ControllerExpandVolume with --size as required_bytes and prints the new
+capacity and whether the node must expand the file system too.`,
 		Example: "  proxy-topology csi expand-volume v:nfs-zone1/vol-1 --size 2Gi",
 		Args:    exactArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {

@@ -14,7 +14,6 @@ import (
 
 const zoneMain = `driver: proxy
 proxy:
-  configFolder: CONFIG_FOLDER
   nodeTopology:
     type: zone
     fromRegexp:

@@ -21,7 +21,6 @@ import (
 
 const nodeLabelMain = `driver: proxy
 proxy:
-  configFolder: CONFIG_FOLDER
   nodeTopology:
     type: zone
     fromRegexp:
@@ -85,9 +84,7 @@ func serveWith(t *testing.T, o Options, mainYAML string) (string, error) {
 		t.Fatal(err)
 	}
 	o.Config = filepath.Join(dir, "proxy.yaml")
-	if err := os.WriteFile(o.Config, []byte(strings.ReplaceAll(mainYAML, "CONFIG_FOLDER", folder)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeMainConfig(t, o.Config, mainYAML, folder)
 	sock := filepath.Join(shortDir(t), "csi.sock")
 	o.Endpoint, o.Mode, o.ShutdownTimeout = "unix://"+sock, "node", time.Second
 	up := make(chan struct{}, 1)

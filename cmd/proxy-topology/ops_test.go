@@ -43,7 +43,7 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// startServe writes mainYAML (with CONFIG_FOLDER replaced) and the
+// startServe writes mainYAML (with proxy.configFolder set) and the
 // connection files, and serves them with a JSON logger at debug level.
 func startServe(t *testing.T, mainYAML string, connections map[string]string) *served {
 	t.Helper()
@@ -58,9 +58,7 @@ func startServe(t *testing.T, mainYAML string, connections map[string]string) *s
 		}
 	}
 	cfg := filepath.Join(dir, "proxy.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(mainYAML, "CONFIG_FOLDER", folder)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeMainConfig(t, cfg, mainYAML, folder)
 	sock := filepath.Join(shortDir(t), "csi", "csi.sock")
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -122,7 +120,6 @@ func runCSI(t *testing.T, endpoint string, args ...string) (code int, stdout, st
 
 const localHostpathMain = `driver: proxy
 proxy:
-  configFolder: CONFIG_FOLDER
   controllerPublish: true
   nodeTopology:
     type: cluster

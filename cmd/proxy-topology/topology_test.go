@@ -12,7 +12,6 @@ import (
 // the dry run uses decides whether the node has a segment.
 const nodeNameMain = `driver: proxy
 proxy:
-  configFolder: CONFIG_FOLDER
   nodeTopology:
     type: zone
     fromRegexp:
@@ -31,9 +30,7 @@ func writeDryRunConfig(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "proxy.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(nodeNameMain, "CONFIG_FOLDER", folder)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeMainConfig(t, cfg, nodeNameMain, folder)
 	return cfg
 }
 

@@ -15,11 +15,17 @@ import (
 
 var klogOnce sync.Once
 
+// routeKlog sends what the Kubernetes libraries log through klog (client-go,
+// mount-utils in the built-in driver) to the process logger, so a cluster
+// sees one log format. The first logger wins: klog has one global sink.
+func routeKlog(log *slog.Logger) {
+	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "klog")) })
+}
+
 // kubeClient builds the core/v1 client from --kubeconfig or the pod's
-// ServiceAccount. client-go logs through klog; that goes to our logger so
-// a cluster sees one log format.
+// ServiceAccount.
 func kubeClient(o Options, version string, log *slog.Logger) (*kube.Client, error) {
-	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+	routeKlog(log)
 	cfg, err := kube.RESTConfig(o.Kubeconfig, "proxy-topology/"+version)
 	if err != nil {
 		return nil, err

@@ -167,6 +167,7 @@ func addServe(cmd *cobra.Command) {
 		if err := o.Validate(); err != nil {
 			return usageError(err)
 		}
+		routeKlog(log)
 		if err := startPprof(*pprofAddress, log); err != nil {
 			return usagef("--pprof-address: %w", err)
 		}

@@ -61,6 +61,13 @@ type Options struct {
 	// exercise a real peer that has the capability. False: the RPCs return
 	// UNIMPLEMENTED.
 	ControllerPublish bool
+	// Shared says BasePath is shared storage that other nodes reach too
+	// (a proxy connection that declares where it is reachable, in
+	// proxy.perDriver.topology). Such a driver cannot know the cluster's
+	// nodes, so ControllerPublishVolume accepts any node id. False: the
+	// storage is node-local, the only node is NodeID, and any other node_id
+	// is NOT_FOUND (SPEC §12).
+	Shared bool
 	// MaxVolumesPerNode is reported by NodeGetInfo and, with
 	// ControllerPublish, enforced per node id. Zero means no limit;
 	// negative is invalid.

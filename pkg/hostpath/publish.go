@@ -19,6 +19,13 @@ const (
 	publishContextReadonly = "readonly"
 )
 
+// ControllerPublishVolume records an attachment to node_id. On node-local
+// storage that must be the driver's own node id (Options.NodeID, what
+// NodeGetInfo reports): it is the only node the driver knows exists, so any
+// other id is NOT_FOUND, as CSI prescribes for "a node corresponding to the
+// specified node_id does not exist"; attachments to other nodes come from
+// other Drivers sharing the same BasePath, each publishing to its own node.
+// On shared storage (Options.Shared) any node id is taken.
 func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	if !d.opts.ControllerPublish {
 		return nil, unimplemented("ControllerPublishVolume is not enabled in this local-hostpath driver (PUBLISH_UNPUBLISH_VOLUME is not advertised)")
@@ -37,6 +44,9 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	if !validVolumeID(id) {
 		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
+	}
+	if !d.opts.Shared && node != d.opts.NodeID {
+		return nil, notFound("node %q not found: this local-hostpath driver serves node %q (its NodeGetInfo node_id) and knows no other", node, d.opts.NodeID)
 	}
 	// The node key serialises publishes to one node, so that two volumes
 	// cannot both take the last slot under MaxVolumesPerNode.

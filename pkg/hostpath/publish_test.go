@@ -18,14 +18,22 @@ func ctrlPublish(d *Driver, id, node string, vc *csi.VolumeCapability, readonly 
 
 func TestControllerPublish(t *testing.T) {
 	ctx := context.Background()
+	// Two drivers on one BasePath, as two nodes sharing storage: each
+	// publishes to its own node and sees the other's attachments.
 	d := newTestDriver(t, Options{ControllerPublish: true, MaxVolumesPerNode: 2})
+	const node2 = "node-2"
+	d2 := newTestDriver(t, Options{NodeID: node2, BasePath: d.opts.BasePath, ControllerPublish: true, MaxVolumesPerNode: 2})
+	// A driver on shared storage cannot know the cluster's nodes.
+	shared := newTestDriver(t, Options{NodeID: "node-3", BasePath: d.opts.BasePath, ControllerPublish: true, MaxVolumesPerNode: 2, Shared: true})
 	a := mustCreate(t, d, createReq("a", 0))
 	b := mustCreate(t, d, createReq("b", 0))
 	c := mustCreate(t, d, createReq("c", 0))
+	e := mustCreate(t, d, createReq("e", 0))
 	ro := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
 
 	tests := []struct {
 		name string
+		d    *Driver
 		id   string
 		node string
 		vc   *csi.VolumeCapability
@@ -34,25 +42,28 @@ func TestControllerPublish(t *testing.T) {
 		want map[string]string
 		msg  string
 	}{
-		{"publish a to n1", a, "n1", rwo, false, codes.OK, map[string]string{"attachedTo": "n1"}, ""},
-		{"again", a, "n1", rwo, false, codes.OK, map[string]string{"attachedTo": "n1"}, ""},
-		{"readonly differs", a, "n1", rwo, true, codes.AlreadyExists, nil, "readonly=false"},
-		{"access mode differs", a, "n1", ro, false, codes.AlreadyExists, nil, "SINGLE_NODE_WRITER"},
-		{"to a second node", a, "n2", rwo, false, codes.FailedPrecondition, nil, `published to node "n1"`},
-		{"b readonly to n1", b, "n1", rwo, true, codes.OK, map[string]string{"attachedTo": "n1", "readonly": "true"}, ""},
-		{"c over the limit of n1", c, "n1", rwo, false, codes.ResourceExhausted, nil, `node "n1" already has 2`},
-		{"c to n2", c, "n2", rwo, false, codes.OK, map[string]string{"attachedTo": "n2"}, ""},
-		{"any node id string", c, "n2", rwo, false, codes.OK, map[string]string{"attachedTo": "n2"}, ""},
-		{"unknown volume", volumeIDFor("nope"), "n1", rwo, false, codes.NotFound, nil, "not found"},
-		{"foreign volume id", "../../etc", "n1", rwo, false, codes.NotFound, nil, "not a local-hostpath volume id"},
-		{"no volume id", "", "n1", rwo, false, codes.InvalidArgument, nil, "volume_id"},
-		{"no node id", a, "", rwo, false, codes.InvalidArgument, nil, "node_id"},
-		{"no capability", a, "n1", nil, false, codes.InvalidArgument, nil, "volume_capability"},
-		{"block", a, "n1", blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), false, codes.InvalidArgument, nil, "block"},
+		{"publish a to node-1", d, a, testNode, rwo, false, codes.OK, map[string]string{"attachedTo": testNode}, ""},
+		{"again", d, a, testNode, rwo, false, codes.OK, map[string]string{"attachedTo": testNode}, ""},
+		{"readonly differs", d, a, testNode, rwo, true, codes.AlreadyExists, nil, "readonly=false"},
+		{"access mode differs", d, a, testNode, ro, false, codes.AlreadyExists, nil, "SINGLE_NODE_WRITER"},
+		{"to a second node", d2, a, node2, rwo, false, codes.FailedPrecondition, nil, `published to node "node-1"`},
+		{"b readonly to node-1", d, b, testNode, rwo, true, codes.OK, map[string]string{"attachedTo": testNode, "readonly": "true"}, ""},
+		{"c over the limit of node-1", d, c, testNode, rwo, false, codes.ResourceExhausted, nil, `node "node-1" already has 2`},
+		{"c to node-2", d2, c, node2, rwo, false, codes.OK, map[string]string{"attachedTo": node2}, ""},
+		{"unknown node", d, b, "n1", rwo, false, codes.NotFound, nil, `node "n1" not found`},
+		{"any node on shared storage", shared, e, "n1", rwo, false, codes.OK, map[string]string{"attachedTo": "n1"}, ""},
+		{"a node only another driver knows", d, c, node2, rwo, false, codes.NotFound, nil, `node "node-2" not found`},
+		{"unknown node, volume already published there", d2, b, testNode, rwo, true, codes.NotFound, nil, `node "node-1" not found`},
+		{"unknown volume", d, volumeIDFor("nope"), testNode, rwo, false, codes.NotFound, nil, "not found"},
+		{"foreign volume id", d, "../../etc", testNode, rwo, false, codes.NotFound, nil, "not a local-hostpath volume id"},
+		{"no volume id", d, "", testNode, rwo, false, codes.InvalidArgument, nil, "volume_id"},
+		{"no node id", d, a, "", rwo, false, codes.InvalidArgument, nil, "node_id"},
+		{"no capability", d, a, testNode, nil, false, codes.InvalidArgument, nil, "volume_capability"},
+		{"block", d, a, testNode, blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), false, codes.InvalidArgument, nil, "block"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := ctrlPublish(d, tc.id, tc.node, tc.vc, tc.ro)
+			resp, err := ctrlPublish(tc.d, tc.id, tc.node, tc.vc, tc.ro)
 			if tc.code != codes.OK {
 				wantCode(t, err, tc.code, tc.msg)
 				return
@@ -78,20 +89,20 @@ func TestControllerPublish(t *testing.T) {
 		}
 		published[e.Volume.VolumeId] = e.GetStatus().GetPublishedNodeIds()
 	}
-	if diff := cmp.Diff(map[string][]string{a: {"n1"}, b: {"n1"}, c: {"n2"}}, published); diff != "" {
+	if diff := cmp.Diff(map[string][]string{a: {testNode}, b: {testNode}, c: {node2}, e: {"n1"}}, published); diff != "" {
 		t.Errorf("published nodes (-want +got):\n%s", diff)
 	}
 
 	// Attached volumes cannot be deleted; unpublish frees them.
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: a})
-	wantCode(t, err, codes.FailedPrecondition, "still published to node(s) n1")
+	wantCode(t, err, codes.FailedPrecondition, "still published to node(s) node-1")
 	for range 2 {
-		if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a, NodeId: "n1"}); err != nil {
+		if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a, NodeId: testNode}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ctrlPublish(d, a, "n2", rwo, false); err != nil {
-		t.Errorf("publish to n2 after unpublish from n1: %v", err)
+	if _, err := ctrlPublish(d2, a, node2, rwo, false); err != nil {
+		t.Errorf("publish to node-2 after unpublish from node-1: %v", err)
 	}
 	// No node id: unpublish from every node.
 	if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a}); err != nil {
@@ -106,8 +117,8 @@ func TestControllerPublish(t *testing.T) {
 	}
 	// Unknown volumes and nodes are already unpublished.
 	for _, req := range []*csi.ControllerUnpublishVolumeRequest{
-		{VolumeId: volumeIDFor("nope"), NodeId: "n1"},
-		{VolumeId: "foreign", NodeId: "n1"},
+		{VolumeId: volumeIDFor("nope"), NodeId: testNode},
+		{VolumeId: "foreign", NodeId: testNode},
 		{VolumeId: b, NodeId: "never-seen"},
 	} {
 		if _, err := d.ControllerUnpublishVolume(ctx, req); err != nil {

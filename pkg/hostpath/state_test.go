@@ -83,7 +83,7 @@ func TestRestartKeepsState(t *testing.T) {
 	vol := mustCreate(t, d1, createReq("persist", 3<<20))
 	writeFile(t, filepath.Join(d1.store.volumePath(vol), "f"), "kept", 0o644)
 	snap := mustSnapshot(t, d1, "persist-snap", vol)
-	if _, err := ctrlPublish(d1, vol, "n1", rwo, false); err != nil {
+	if _, err := ctrlPublish(d1, vol, testNode, rwo, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d1.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol, CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 20}}); err != nil {
@@ -100,7 +100,7 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 	want := &csi.ControllerGetVolumeResponse{
 		Volume: &csi.Volume{VolumeId: vol, CapacityBytes: 4 << 20},
-		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: []string{"n1"}},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: []string{testNode}},
 	}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("after restart (-want +got):\n%s", diff)

@@ -59,7 +59,9 @@ func startListing(t *testing.T) *listing {
 		writeFile(t, p, content)
 		return p
 	}
-	upA := launch(t, dir, processSpec{name: "list-upstream-a", mode: "all", nodeID: "list-upstream-a",
+	// csi-a's upstream is node A's local-hostpath: it knows only its own
+	// node id, the one the connection's template renders for node A.
+	upA := launch(t, dir, processSpec{name: "list-upstream-a", mode: "all", nodeID: iqnPrefix + nodeA,
 		config: config("list-upstream-a", upstreamConfig(filepath.Join(dir, "storage", "a"), false)+"  controllerPublish: true\n")})
 	upB := launch(t, dir, processSpec{name: "list-upstream-b", mode: "all", nodeID: "list-upstream-b",
 		config: config("list-upstream-b", upstreamConfig(filepath.Join(dir, "storage", "b"), false))})
@@ -401,18 +403,18 @@ func TestControllerPublishRoundTrip(t *testing.T) {
 		t.Errorf("published_node_ids through the proxy (-want +got):\n%s", d)
 	}
 
-	// Publishing again is idempotent; to a second node the single-node
-	// volume is refused by the upstream, and the refusal names the
-	// connection.
+	// Publishing again is idempotent; a node the upstream does not know
+	// is NOT_FOUND, and the refusal names the connection and the node id
+	// the template rendered.
 	if _, err := l.proxy.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{
 		VolumeId: vol, NodeId: nodeA, VolumeCapability: mountCapability()}); err != nil {
 		t.Errorf("publish again: %v", err)
 	}
 	_, err = l.proxy.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{
 		VolumeId: vol, NodeId: nodeB, VolumeCapability: mountCapability()})
-	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), connPublish) ||
-		!strings.Contains(st.Message(), upstreamNode) {
-		t.Errorf("publish to a second node: got %v %q, want FAILED_PRECONDITION naming %s and %s", st.Code(), st.Message(), connPublish, upstreamNode)
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), connPublish) ||
+		!strings.Contains(st.Message(), iqnPrefix+nodeB) {
+		t.Errorf("publish to an unknown node: got %v %q, want NOT_FOUND naming %s and %s", st.Code(), st.Message(), connPublish, iqnPrefix+nodeB)
 	}
 
 	// A node name whose translated id would pass 256 bytes never reaches

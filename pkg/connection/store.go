@@ -446,9 +446,13 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Conn
 	case config.DriverLocalHostpath:
 		target = "local-hostpath:" + cfg.LocalHostpath.ShareBasePath
 		c.Controller, err = lease(s.opts.Pool.Local(bctx, name, hostpath.Options{
-			DriverName:        s.opts.DriverName,
-			Version:           s.opts.Version,
-			NodeID:            s.opts.NodeID,
+			DriverName: s.opts.DriverName,
+			Version:    s.opts.Version,
+			// The id the proxy sends the driver in ControllerPublish is the
+			// connection's translation of the node name, so the driver
+			// must know its own node by that id.
+			NodeID:            cfg.Proxy.PerDriver.NodeID.Render(s.opts.NodeID),
+			Shared:            len(cfg.Proxy.PerDriver.Topology) > 0,
 			BasePath:          cfg.LocalHostpath.ShareBasePath,
 			Stage:             cfg.LocalHostpath.Stage,
 			ControllerPublish: cfg.LocalHostpath.ControllerPublish,

@@ -54,11 +54,7 @@ func TestSanityLocalHostpathPublish(t *testing.T) {
 	t.Parallel()
 	cfg := hostpathConfig(t, hostpath.Options{Stage: true, ControllerPublish: true, MaxVolumesPerNode: 3})
 	cfg.TestNodeVolumeAttachLimit = true
-	runSanity(t, "local-hostpath-publish", cfg, SkipSpec{
-		Spec: "ControllerPublishVolume should fail when the node does not exist",
-		Reason: "local-hostpath accepts any non-empty node_id: it has no node registry, " +
-			"and the proxy's tests publish to node ids of other processes",
-	})
+	runSanity(t, "local-hostpath-publish", cfg)
 }
 
 // hostpathConfig serves a local-hostpath driver on a unix socket in a temp

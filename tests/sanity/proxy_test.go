@@ -83,11 +83,7 @@ func TestSanityProxyPublish(t *testing.T) {
 			"driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n  controllerPublish: true\nproxy:\n  perDriver:\n    nodeId:\n      template: \"iqn.2000-01.com.example:{nodeName}\"\n",
 			filepath.Join(dir, "base")))
 	}
-	runSanity(t, "proxy-publish", cfg, SkipSpec{
-		Spec: "ControllerPublishVolume should fail when the node does not exist",
-		Reason: "local-hostpath accepts any non-empty node_id (it has no node registry), " +
-			"so the upstream behind the proxy cannot report an unknown node",
-	})
+	runSanity(t, "proxy-publish", cfg)
 }
 
 // sanityDir is a temp dir whose mounts are detached when the test ends.

@@ -226,7 +226,7 @@ func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (
 		if err != nil {
 			return nil, err
 		}
-		lis := bufconn.Listen(1 << 20)
+		lis := bufconn.Listen(localPipeSize)
 		srv := grpc.NewServer()
 		d.Register(srv)
 		go func() { _ = srv.Serve(lis) }()
@@ -246,6 +246,14 @@ func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (
 		return c, nil
 	})
 }
+
+// localPipeSize is the buffer of each direction of a connection to a
+// built-in driver. gRPC's flow-control window is 64 KiB, so a bigger buffer
+// is never filled; each one is allocated whole when the channel connects,
+// and gRPC keeps a closed connection's buffers reachable for some seconds,
+// so while connection files change quickly (a driver replaced many times a
+// second) a 1 MiB buffer made the heap grow by hundreds of MiB.
+const localPipeSize = 64 << 10
 
 // conflict refuses a built-in driver for base path settings that another
 // connection uses with other settings. The same connection may hold both

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -270,6 +271,30 @@ func (r *isoRig) restart(t *testing.T, name string) {
 	}
 	p.waitReady(t)
 	r.procs[name] = p
+}
+
+// freeze stops proc with SIGSTOP and waits until the kernel has stopped
+// it, so no call sent after it returns is answered before SIGCONT.
+func (r *isoRig) freeze(t *testing.T, proc string) {
+	t.Helper()
+	p := r.procs[proc]
+	p.signal(t, syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		data, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(data), ')'); i > 0 && strings.HasPrefix(string(data[i+1:]), " T") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not stopped 5s after SIGSTOP: %s", proc, data)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // wantPool checks that the pool holds exactly one client per upstream of a

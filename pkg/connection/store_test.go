@@ -256,13 +256,20 @@ func TestSharedUpstream(t *testing.T) {
 }
 
 // The built-in driver runs in-process; connections with the same base path
-// and options share it.
+// and driver settings share it (other keys, here csi.timeout, do not
+// matter); a connection whose topology makes the driver shared gets one of
+// its own.
 func TestLocalHostpath(t *testing.T) {
 	e := newEnv(t, -1)
 	base := t.TempDir()
 	local := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + base + "\n"
 	e.write("local", local)
-	e.write("local2", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n")
+	e.write("local2", local+"csi:\n  timeout: 5s\n")
+	e.write("zoned", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n")
+	if z := e.get("zoned"); z.Controller == e.get("local").Controller {
+		t.Error("a shared (zoned) and a node-local connection on one base path share a driver")
+	}
+	e.store.Close()
 
 	c := e.get("local")
 	if c.Controller == nil || c.Node != c.Controller {

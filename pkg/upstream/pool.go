@@ -205,14 +205,17 @@ func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // Local leases the in-process built-in driver for opts (its base path and
-// settings) for the connection owner, serving it over an in-memory
+// settings: stage, controllerPublish, shared, node id) for the connection
+// owner, serving it over an in-memory
 // listener so the proxy forwards to it exactly as to an external driver.
 // The driver's per-volume locks serialise every connection using it.
 //
 // A connection whose file changes its settings gets a new driver, and the
-// old one closes once its calls end; but two connections may not use one
-// base path with different stage or controllerPublish settings, since one
-// directory tree cannot be staged and unstaged at once.
+// old one closes once its calls end. Connections that differ only in node
+// id or in shared get drivers of their own on one tree (the driver keeps
+// its records safe for several instances); but two connections may not use
+// one base path with different stage or controllerPublish settings, since
+// one directory tree cannot be staged and unstaged at once.
 //
 // Building the driver touches the base path, which may sit on a hung
 // mount: the build runs on its own, and Local waits for it only until ctx
@@ -220,7 +223,7 @@ func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
 func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (*Lease, error) {
 	base := filepath.Clean(opts.BasePath)
 	target := "local-hostpath:" + base
-	key := fmt.Sprintf("%s?stage=%t&controllerPublish=%t", target, opts.Stage, opts.ControllerPublish)
+	key := target + "?" + localSettings(&opts)
 	return p.acquire(ctx, key, owner, &opts, func() (*Client, error) {
 		d, err := hostpath.New(opts)
 		if err != nil {
@@ -255,6 +258,12 @@ func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (
 // second) a 1 MiB buffer made the heap grow by hundreds of MiB.
 const localPipeSize = 64 << 10
 
+// localSettings are the settings of a built-in driver other than its base
+// path: a connection file that changes any of them gets a new driver.
+func localSettings(o *hostpath.Options) string {
+	return fmt.Sprintf("stage=%t controllerPublish=%t shared=%t nodeID=%q", o.Stage, o.ControllerPublish, o.Shared, o.NodeID)
+}
+
 // conflict refuses a built-in driver for base path settings that another
 // connection uses with other settings. The same connection may hold both
 // while an edit of its file takes effect.
@@ -263,6 +272,9 @@ func (p *Pool) conflict(key, owner string, opts *hostpath.Options) error {
 	for k, e := range p.entries {
 		if k == key || e.local == nil || filepath.Clean(e.local.BasePath) != base {
 			continue
+		}
+		if e.local.Stage == opts.Stage && e.local.ControllerPublish == opts.ControllerPublish {
+			continue // another node id or shared: another driver on the same tree
 		}
 		for other := range e.owners {
 			if other != owner {
@@ -317,7 +329,7 @@ func (p *Pool) acquire(ctx context.Context, key, owner string, local *hostpath.O
 // targetOf is the Target of the client under key.
 func targetOf(key string) string {
 	key = strings.TrimPrefix(key, "csi:")
-	if i := strings.LastIndexByte(key, '?'); i >= 0 && strings.HasPrefix(key, "local-hostpath:") {
+	if i := strings.IndexByte(key, '?'); i >= 0 && strings.HasPrefix(key, "local-hostpath:") {
 		key = key[:i]
 	}
 	return key

@@ -11,7 +11,7 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity e2e e2e-kube kube-tools etcd bench lint fuzz clean
+.PHONY: all build run test unit sanity e2e e2e-kube kube-tools csi-tools etcd bench lint fuzz clean
 
 all: build
 
@@ -42,17 +42,34 @@ e2e:
 	$(GO) test $(TESTFLAGS) -timeout 20m ./e2e/...
 
 ## e2e-kube: the deploy/ manifests, the Helm chart and node plugins against a
-## real kube-apiserver and etcd. The first run builds kube-apiserver, helm and
-## kustomize from the tools/ modules into .cache/bin (10-17 min on 2 cores);
-## later runs reuse them. Versions come from the tools modules' go.mod.
+## real kube-apiserver and etcd, and the real scheduler, controller-manager and
+## kubernetes-csi sidecars driving proxy-topology. The first run builds them,
+## helm and kustomize from the tools/ modules into .cache/bin (see
+## docs/kubernetes.md for the times); later runs reuse them. Versions come from
+## the tools modules' go.mod.
 CACHE_BIN := $(CURDIR)/.cache/bin
 tool_version = $(shell awk '$$1 == "$(2)" { print $$2 }' tools/$(1)/go.mod)
 KUBE_VERSION := $(call tool_version,kube,k8s.io/kubernetes)
 HELM_VERSION := $(call tool_version,helm,helm.sh/helm/v3)
 KUSTOMIZE_VERSION := $(call tool_version,kustomize,sigs.k8s.io/kustomize/kustomize/v5)
 KUBE_APISERVER := $(CACHE_BIN)/kube-apiserver-$(KUBE_VERSION)
+KUBE_SCHEDULER := $(CACHE_BIN)/kube-scheduler-$(KUBE_VERSION)
+KUBE_CONTROLLER_MANAGER := $(CACHE_BIN)/kube-controller-manager-$(KUBE_VERSION)
 HELM := $(CACHE_BIN)/helm-$(HELM_VERSION)
 KUSTOMIZE := $(CACHE_BIN)/kustomize-$(KUSTOMIZE_VERSION)
+# The kubernetes-csi sidecars, all from tools/csi: $(call csi_tool,VAR,cmd,module)
+# sets VAR to .cache/bin/<cmd>-<module's version> and adds it to CSI_TOOLS.
+define csi_tool
+$(1) := $(CACHE_BIN)/$(2)-$(call tool_version,csi,$(3))
+$$($(1)): CSI_PKG := $(3)/cmd/$(2)
+$$($(1)): CSI_VERSION := $(call tool_version,csi,$(3))
+CSI_TOOLS += $$($(1))
+endef
+$(eval $(call csi_tool,CSI_PROVISIONER,csi-provisioner,github.com/kubernetes-csi/external-provisioner/v6))
+$(eval $(call csi_tool,CSI_ATTACHER,csi-attacher,github.com/kubernetes-csi/external-attacher/v4))
+$(eval $(call csi_tool,CSI_RESIZER,csi-resizer,github.com/kubernetes-csi/external-resizer/v2))
+$(eval $(call csi_tool,CSI_SNAPSHOTTER,csi-snapshotter,github.com/kubernetes-csi/external-snapshotter/v8))
+$(eval $(call csi_tool,SNAPSHOT_CONTROLLER,snapshot-controller,github.com/kubernetes-csi/external-snapshotter/v8))
 # Stamp the apiserver's version (it reports v0.0.0-master otherwise); only
 # the link step depends on it.
 KUBE_VERSION_PKG := k8s.io/component-base/version
@@ -61,17 +78,29 @@ KUBE_LDFLAGS := -s -w -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
   -X $(KUBE_VERSION_PKG).gitMinor=$(word 3,$(subst ., ,$(subst v,v ,$(KUBE_VERSION)))) \
   -X $(KUBE_VERSION_PKG).gitTreeState=clean
 
-e2e-kube: kube-tools etcd
+e2e-kube: kube-tools csi-tools etcd
 	PROXY_TOPOLOGY_E2E_KUBE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) \
+	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) \
+	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
+	  CSI_SNAPSHOTTER=$(CSI_SNAPSHOTTER) SNAPSHOT_CONTROLLER=$(SNAPSHOT_CONTROLLER) \
 	  $(GO) test $(TESTFLAGS) -timeout 15m ./e2e/kube/
 
-kube-tools: $(KUBE_APISERVER) $(HELM) $(KUSTOMIZE)
+kube-tools: $(KUBE_APISERVER) $(KUBE_SCHEDULER) $(KUBE_CONTROLLER_MANAGER) $(HELM) $(KUSTOMIZE)
+
+csi-tools: $(CSI_TOOLS)
 
 # Each binary is keyed by its version, built to a temporary name and moved
 # into place, so an interrupted build is never mistaken for a cached one.
-$(KUBE_APISERVER):
-	@mkdir -p $(CACHE_BIN); echo "building kube-apiserver $(KUBE_VERSION) (first run only; 10-17 min on 2 cores)"
-	cd tools/kube && time $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+# kube-apiserver, kube-scheduler and kube-controller-manager share most
+# packages: the first build pays for them.
+$(CACHE_BIN)/kube-%-$(KUBE_VERSION):
+	@mkdir -p $(CACHE_BIN); echo "building kube-$* $(KUBE_VERSION) (first run only)"
+	cd tools/kube && time $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-$*
+	mv $@.tmp $@
+
+$(CSI_TOOLS):
+	@mkdir -p $(CACHE_BIN); echo "building $(notdir $@) (first run only)"
+	cd tools/csi && time $(GO) build -trimpath -ldflags "-s -w -X main.version=$(CSI_VERSION)" -o $@.tmp $(CSI_PKG)
 	mv $@.tmp $@
 
 $(HELM):

@@ -40,6 +40,7 @@ type cluster struct {
 	dir    string
 	url    string
 	caPEM  []byte
+	pki    *pki
 	admin  *rest.Config
 	client kubernetes.Interface
 	dyn    dynamic.Interface
@@ -129,7 +130,7 @@ func startCluster() (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	c.caPEM = pki.caPEM
+	c.caPEM, c.pki = pki.caPEM, pki
 
 	clientPort, err := freePort()
 	if err != nil {
@@ -347,6 +348,10 @@ func (w *warningRecorder) count() int {
 type pki struct {
 	caCert, serverCert, serverKey, saKey, saPub string
 	caPEM, adminCertPEM, adminKeyPEM            []byte
+	// components are client certificates (PEM cert, key) by user name for
+	// kube-scheduler and kube-controller-manager, which the API server's
+	// bootstrap RBAC authorizes as they are.
+	components map[string][2][]byte
 }
 
 func writePKI(dir string) (*pki, error) {
@@ -401,6 +406,14 @@ func writePKI(dir string) (*pki, error) {
 	// else in the tests authenticates as a ServiceAccount.
 	if p.adminCertPEM, p.adminKeyPEM, err = issue(3, pkix.Name{CommonName: "e2e-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return nil, err
+	}
+	p.components = map[string][2][]byte{}
+	for i, user := range []string{"system:kube-scheduler", "system:kube-controller-manager"} {
+		cert, key, err := issue(int64(4+i), pkix.Name{CommonName: user}, x509.ExtKeyUsageClientAuth, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		p.components[user] = [2][]byte{cert, key}
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -25,7 +25,10 @@ var (
 )
 
 // tools are the external binaries, from env vars set by make e2e-kube.
-var tools = map[string]string{"KUBE_APISERVER": "", "HELM": "", "KUSTOMIZE": "", "ETCD": ""}
+var tools = map[string]string{
+	"KUBE_APISERVER": "", "HELM": "", "KUSTOMIZE": "", "ETCD": "",
+	"KUBE_SCHEDULER": "", "KUBE_CONTROLLER_MANAGER": "", "CSI_PROVISIONER": "",
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -68,7 +71,7 @@ func findTools() string {
 			return name + " is not set (make e2e-kube sets it)"
 		}
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Sprintf("%s=%s: %v (make kube-tools builds it; etcd comes from the Debian package etcd-server)", name, path, err)
+			return fmt.Sprintf("%s=%s: %v (make kube-tools and make csi-tools build it; etcd comes from the Debian package etcd-server)", name, path, err)
 		}
 		tools[name] = path
 	}

@@ -1,0 +1,260 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// podRun plays kubelet's part for one Pod that the real controllers made
+// from a deployed workload: it runs the pod's containers as processes on
+// this machine with the args and env of the Pod object (the API server's
+// copy, after defaulting), its volumes as directories (emptyDir, ConfigMap,
+// Secret), and the pod's ServiceAccount as a kubeconfig. Nothing of the
+// manifests is retyped here, so a flag or env var lost in rendering is lost
+// in the test too.
+type podRun struct {
+	c       *cluster
+	pod     *corev1.Pod
+	volumes map[string]string // volume name -> host directory
+	kubecfg string
+}
+
+// newPodRun prepares the volumes of pod. Pod Security and the
+// ServiceAccount token are the API's; the token is requested for the
+// pod's ServiceAccount.
+func newPodRun(t *testing.T, c *cluster, pod *corev1.Pod) *podRun {
+	t.Helper()
+	r := &podRun{c: c, pod: pod, volumes: map[string]string{}}
+	ctx := context.Background()
+	// Unix socket paths are limited to 108 bytes; t.TempDir is too long.
+	root, err := os.MkdirTemp("", "ptpod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	for _, v := range pod.Spec.Volumes {
+		dir := filepath.Join(root, v.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string][]byte{}
+		switch {
+		case v.EmptyDir != nil:
+		case v.ConfigMap != nil:
+			cm, err := c.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("pod %s volume %s: %v", pod.Name, v.Name, err)
+			}
+			for k, s := range cm.Data {
+				files[k] = []byte(s)
+			}
+		case v.Secret != nil:
+			sec, err := c.client.CoreV1().Secrets(pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("pod %s volume %s: %v", pod.Name, v.Name, err)
+			}
+			files = sec.Data
+		case v.Projected != nil && strings.HasPrefix(v.Name, "kube-api-access-"):
+			// The ServiceAccount token volume: replaced by --kubeconfig.
+		default:
+			t.Fatalf("pod %s: volume %s is of a kind this test does not provide", pod.Name, v.Name)
+		}
+		for k, data := range files {
+			if err := os.WriteFile(filepath.Join(dir, k), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.volumes[v.Name] = dir
+	}
+	r.kubecfg = c.kubeconfig(t, c.token(t, pod.Namespace, pod.Spec.ServiceAccountName))
+	return r
+}
+
+// container returns the named container of the pod.
+func (r *podRun) container(t *testing.T, name string) *corev1.Container {
+	t.Helper()
+	for i := range r.pod.Spec.Containers {
+		if r.pod.Spec.Containers[i].Name == name {
+			return &r.pod.Spec.Containers[i]
+		}
+	}
+	t.Fatalf("pod %s has no container %s", r.pod.Name, name)
+	return nil
+}
+
+// env resolves a container's env as kubelet does: literal values with
+// $(VAR) references to earlier variables, and the downward API fields a
+// deployment of this driver uses. Any other source fails the test, so a
+// new kind of env var is never silently dropped.
+func (r *podRun) env(t *testing.T, ctr *corev1.Container) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range ctr.Env {
+		switch {
+		case e.ValueFrom == nil:
+			out[e.Name] = expand(e.Value, out)
+		case e.ValueFrom.FieldRef != nil:
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.name":
+				out[e.Name] = r.pod.Name
+			case "metadata.namespace":
+				out[e.Name] = r.pod.Namespace
+			case "spec.nodeName":
+				out[e.Name] = r.pod.Spec.NodeName
+			case "spec.serviceAccountName":
+				out[e.Name] = r.pod.Spec.ServiceAccountName
+			default:
+				t.Fatalf("container %s: env %s: field %s is not provided by this test", ctr.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+		default:
+			t.Fatalf("container %s: env %s: this kind of valueFrom is not provided by this test", ctr.Name, e.Name)
+		}
+	}
+	return out
+}
+
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// expand replaces $(VAR) by its value as kubelet does; an unknown
+// reference stays as written.
+func expand(s string, vars map[string]string) string {
+	return varRef.ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := vars[m[2:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// args returns the container's command-line arguments with $(VAR)
+// expanded and every path under a volume mount moved to the volume's
+// host directory.
+func (r *podRun) args(t *testing.T, ctr *corev1.Container) []string {
+	t.Helper()
+	env := r.env(t, ctr)
+	var out []string
+	for _, a := range append(append([]string(nil), ctr.Command...), ctr.Args...) {
+		a = expand(a, env)
+		for _, m := range ctr.VolumeMounts {
+			dir, ok := r.volumes[m.Name]
+			if !ok {
+				t.Fatalf("container %s mounts unknown volume %s", ctr.Name, m.Name)
+			}
+			mp := strings.TrimSuffix(m.MountPath, "/")
+			for _, p := range []string{"=" + mp + "/", "=unix://" + mp + "/", "=unix:" + mp + "/"} {
+				if i := strings.Index(a, p); i >= 0 {
+					a = a[:i] + strings.Replace(p, mp, dir, 1) + a[i+len(p):]
+				}
+			}
+		}
+		// The pod's own network namespace is this machine's: a listening
+		// address on a port of the pod moves to a free loopback port.
+		if m := listenArg.FindStringSubmatch(a); m != nil {
+			port, err := freePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			a = fmt.Sprintf("%s127.0.0.1:%d", m[1], port)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+var listenArg = regexp.MustCompile(`^(--[a-z-]*(?:address|endpoint)=)(?:0\.0\.0\.0)?:[0-9]+$`)
+
+// envList is env as KEY=VALUE, plus PATH; nothing of the test's own
+// environment leaks in.
+func envList(env map[string]string) []string {
+	out := []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// process is a started sidecar.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+}
+
+// startProcess runs binary with args and env; it is stopped with SIGTERM
+// when the test ends, and its logs are shown if the test failed.
+func startProcess(t *testing.T, name, binary string, args, env []string) *process {
+	t.Helper()
+	p := &process{name: name, logs: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		// proxy-topology runs with -race when the suite does.
+		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s: the race detector reported a data race; see its logs", name)
+		}
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", name, p.logs)
+		}
+	})
+	return p
+}
+
+// alive fails the test if the process has exited.
+func (p *process) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+		t.Fatalf("%s exited (%v):\n%s", p.name, p.cmd.ProcessState, p.logs)
+	default:
+	}
+}
+
+// waitPod waits for the single Pod of a workload selected by labels to
+// exist and be scheduled, and returns it.
+func waitPod(t *testing.T, c *cluster, namespace, selector string) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		list, err := c.client.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 1 && list.Items[0].Spec.NodeName != "" {
+			return &list.Items[0]
+		}
+		if time.Now().After(deadline) {
+			var state []string
+			for _, p := range list.Items {
+				state = append(state, fmt.Sprintf("%s node=%q conditions=%v", p.Name, p.Spec.NodeName, p.Status.Conditions))
+			}
+			t.Fatalf("no single scheduled pod %s in %s after 90s: %v\nkube-controller-manager:\n%s\nkube-scheduler:\n%s", selector, namespace, state,
+				tail(filepath.Join(c.dir, "kube-controller-manager.log")), tail(filepath.Join(c.dir, "kube-scheduler.log")))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

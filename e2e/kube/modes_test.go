@@ -46,6 +46,20 @@ func TestStorageClassModes(t *testing.T) {
 	}
 
 	zone := prefix + "/zone"
+	// Capacity tracking (docs/topology.md §5): the provisioner published
+	// what proxy-topology's GetCapacity reports for the WaitForFirstConsumer
+	// class per node topology: nothing where its connection does not
+	// serve, the local file system's free space where it does.
+	caps := s.waitCapacity(t, "proxy-topology-first-consumer", 2)
+	topo := func(z string) string {
+		return pairs(map[string]string{prefix + "/cluster": "local", prefix + "/region": "region1", zone: z})
+	}
+	if q, ok := caps[topo("zone1")]; !ok || q.Sign() <= 0 {
+		t.Errorf("capacity of proxy-topology-first-consumer in zone1: %v (published %v), want > 0", q.String(), ok)
+	}
+	if q, ok := caps[topo("zone2")]; !ok || q.Sign() != 0 {
+		t.Errorf("capacity of proxy-topology-first-consumer in zone2: %v (published %v), want 0", q.String(), ok)
+	}
 	for _, tc := range []struct {
 		mode, class string
 		binding     storagev1.VolumeBindingMode

@@ -217,6 +217,12 @@ func startProcess(t *testing.T, name, binary string, args, env []string) *proces
 		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
 			t.Errorf("%s: the race detector reported a data race; see its logs", name)
 		}
+		// The deployed RBAC lets each container do all it tries.
+		for _, line := range strings.Split(p.logs.String(), "\n") {
+			if strings.Contains(line, "is forbidden") {
+				t.Errorf("%s: denied by RBAC: %s", name, line)
+			}
+		}
 		if t.Failed() {
 			t.Logf("%s logs:\n%s", name, p.logs)
 		}

@@ -58,7 +58,7 @@ proxy:
 // stack is the storage side of a real cluster: the controller Pod of
 // deploy/kubernetes (made by the real Deployment and ReplicaSet
 // controllers, scheduled by kube-scheduler) run by podRun with its
-// proxy-topology and csi-provisioner containers, node plugins registered
+// proxy-topology, csi-provisioner and csi-resizer containers, node plugins registered
 // as kubelet would, nodes Ready, and the shipped StorageClasses' connections
 // in the connections Secret.
 type stack struct {
@@ -67,6 +67,7 @@ type stack struct {
 	controller  *plugin
 	provisioner *process
 	provArgs    []string
+	resizer     *process
 }
 
 func startStack(t *testing.T) *stack {
@@ -129,18 +130,28 @@ func startStack(t *testing.T) *stack {
 	s.controller.ready(t)
 	t.Cleanup(func() { s.controller.conn.Close() })
 
-	pc := run.container(t, "csi-provisioner")
-	if want := "csi-provisioner:" + toolVersion(tools["CSI_PROVISIONER"]); !strings.HasSuffix(pc.Image, "/"+want) {
-		t.Fatalf("container csi-provisioner runs %s; the binary built here is %s", pc.Image, want)
-	}
-	s.provArgs = append(run.args(t, pc), "--kubeconfig="+run.kubecfg)
-	s.provisioner = startProcess(t, "csi-provisioner", tools["CSI_PROVISIONER"], s.provArgs, envList(run.env(t, pc)))
-	t.Logf("csi-provisioner %s", strings.Join(s.provArgs, " "))
+	s.provisioner, s.provArgs = sidecar(t, run, "csi-provisioner", "CSI_PROVISIONER")
+	s.resizer, _ = sidecar(t, run, "csi-resizer", "CSI_RESIZER")
 
 	// Ready when the provisioner has published capacity for every zone
 	// of the WaitForFirstConsumer class.
 	s.waitCapacity(t, "proxy-topology-first-consumer", 2)
 	return s
+}
+
+// sidecar runs the pod's container name with the binary built here (env
+// var tool), which must be the version of the container's image tag; the
+// in-cluster config becomes --kubeconfig. It returns the process and its
+// args.
+func sidecar(t *testing.T, run *podRun, name, tool string) (*process, []string) {
+	t.Helper()
+	ctr := run.container(t, name)
+	if want := name + ":" + toolVersion(tools[tool]); !strings.HasSuffix(ctr.Image, "/"+want) {
+		t.Fatalf("container %s runs %s; the binary built here is %s", name, ctr.Image, want)
+	}
+	args := append(run.args(t, ctr), "--kubeconfig="+run.kubecfg)
+	t.Logf("%s %s", name, strings.Join(args, " "))
+	return startProcess(t, name, tools[tool], args, envList(run.env(t, ctr))), args
 }
 
 // flagValue returns the value of --name=value in args.

@@ -59,8 +59,10 @@ func TestSidecarImageVersions(t *testing.T) {
 		}
 	}
 	// The binaries the tests run are the ones go.mod names.
-	if v, want := toolVersion(tools["CSI_PROVISIONER"]), built[sidecarModules["csi-provisioner"]]; v != want {
-		t.Errorf("CSI_PROVISIONER=%s is not the version tools/csi/go.mod requires (%s)", tools["CSI_PROVISIONER"], want)
+	for tool, img := range map[string]string{"CSI_PROVISIONER": "csi-provisioner", "CSI_RESIZER": "csi-resizer"} {
+		if v, want := toolVersion(tools[tool]), built[sidecarModules[img]]; v != want {
+			t.Errorf("%s=%s is not the version tools/csi/go.mod requires (%s)", tool, tools[tool], want)
+		}
 	}
 	check := func(where, ref string) {
 		m := sigStorageImage.FindStringSubmatch(ref)

@@ -46,8 +46,9 @@ type bench struct {
 	nodeSegments map[string]string
 	// written is when the last connection file was written.
 	written time.Time
-	// pprof maps a path (raw, typed, proxy) to the address serving its
-	// process's profiles, when o.profile is set.
+	// pprof maps a path (raw, typed, proxy, hostpath-direct,
+	// hostpath-proxy) to the address serving its process's profiles, when
+	// o.profile is set.
 	pprof map[string]string
 }
 
@@ -60,7 +61,8 @@ func (b *bench) stop() {
 
 // startBench starts the no-op upstream, the raw and typed forwarders and
 // the proxy-topology processes. With o.profile set it starts only the
-// upstream, the forwarders and proxy-1, each serving its profiles.
+// upstream, the forwarders, proxy-1 and the two local-hostpath servers,
+// each serving its profiles.
 func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -135,8 +137,34 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	if b.p1, err = proxy("proxy-1", bin, "all", 1, extra...); err != nil {
 		return nil, err
 	}
+	// hostpath starts the two local-hostpath servers of the burst.
+	hostpath := func() error {
+		cfg, err := writeHostpathDirect(filepath.Join(dir, "hostpath-direct"))
+		if err != nil {
+			return err
+		}
+		extra, err := pprofArgs("hostpath-direct", "--pprof-address")
+		if err != nil {
+			return err
+		}
+		if b.hpDirect, err = serve("hostpath-direct", bin, cfg, "all", nil, extra...); err != nil {
+			return err
+		}
+		if cfg, err = writeHostpathProxy(filepath.Join(dir, "hostpath-proxy")); err != nil {
+			return err
+		}
+		b.written = time.Now()
+		if extra, err = pprofArgs("hostpath-proxy", "--pprof-address"); err != nil {
+			return err
+		}
+		b.hpProxy, err = serve("hostpath-proxy", bin, cfg, "all", nil, extra...)
+		return err
+	}
 	if o.profile != "" {
-		return b, nil
+		if !o.skip["burst"] {
+			err = hostpath()
+		}
+		return b, err
 	}
 	if o.compare != "" {
 		if b.compare, err = proxy("compare", o.compare, "all", 1); err != nil {
@@ -157,18 +185,7 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	if b.node, err = serve("node", bin, cfg, "node", env, "--node-id", nodeName); err != nil {
 		return nil, err
 	}
-
-	if cfg, err = writeHostpathDirect(filepath.Join(dir, "hostpath-direct")); err != nil {
-		return nil, err
-	}
-	if b.hpDirect, err = serve("hostpath-direct", bin, cfg, "all", nil); err != nil {
-		return nil, err
-	}
-	if cfg, err = writeHostpathProxy(filepath.Join(dir, "hostpath-proxy")); err != nil {
-		return nil, err
-	}
-	b.written = time.Now()
-	if b.hpProxy, err = serve("hostpath-proxy", bin, cfg, "all", nil); err != nil {
+	if err = hostpath(); err != nil {
 		return nil, err
 	}
 	return b, nil

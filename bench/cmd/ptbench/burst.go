@@ -25,18 +25,22 @@ func (c *burstCounter) fail(err error) {
 
 // pair creates a volume named after the call on p and deletes it again.
 // A failure is counted, not returned, so a burst always runs to the end
-// and the count is the number of failed pairs.
+// and the count is the number of failed pairs; only the end of ctx (the
+// end of a -profile load) stops it.
 func (c *burstCounter) pair(p *proc, conn string) load.Call {
 	client := csi.NewControllerClient(p.conn)
 	return func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("burst-%s-%07d", p.name, i)
 		resp, err := client.CreateVolume(ctx, createRequest(name, conn))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil {
 			c.fail(fmt.Errorf("%s: CreateVolume %s: %w", p.name, name, err))
 			return nil
 		}
 		id := resp.GetVolume().GetVolumeId()
-		if _, err := client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		if _, err := client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil && ctx.Err() == nil {
 			c.fail(fmt.Errorf("%s: DeleteVolume %s: %w", p.name, id, err))
 		}
 		return nil

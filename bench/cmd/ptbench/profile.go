@@ -52,8 +52,10 @@ func fetch(ctx context.Context, url, file string) error {
 
 // profile drives each method through the raw and typed forwarders and the
 // one-connection proxy, one after the other, at concurrency 1 and the high
-// concurrency, taking a CPU profile of the serving process and its
-// allocation profile before and after, into dir:
+// concurrency, and the burst's CreateVolume+DeleteVolume pairs through
+// local-hostpath served directly and through the proxy, taking a CPU
+// profile of the serving process and its allocation profile before and
+// after, into dir:
 //
 //	go tool pprof -top cpu-proxy-CreateVolume-c64.pprof
 //	go tool pprof -sample_index=alloc_space -diff_base allocs-proxy-CreateVolume-c64-before.pprof -top allocs-proxy-CreateVolume-c64-after.pprof
@@ -83,6 +85,23 @@ func (b *bench) profile(ctx context.Context, dir string, seconds int) error {
 				}
 				fmt.Printf("%-36s %7d calls  %6.1f calls/s  %6.1f µs CPU/call\n", tag, n, float64(n)/float64(seconds), float64(cpu.Microseconds())/float64(n))
 			}
+		}
+	}
+	if b.hpDirect != nil {
+		var c burstCounter
+		for _, t := range []struct {
+			p    *proc
+			conn string
+		}{{b.hpDirect, hostpathConn}, {b.hpProxy, hostpathConn}} {
+			tag := fmt.Sprintf("%s-burst-c%d", t.p.name, b.o.burstConc)
+			n, cpu, err := profileOne(ctx, "http://"+b.pprof[t.p.name]+"/debug/pprof/", dir, tag, seconds, b.o.burstConc, c.pair(t.p, t.conn), t.p)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-36s %7d pairs  %6.1f pairs/s  %6.1f µs CPU/pair\n", tag, n, float64(n)/float64(seconds), float64(cpu.Microseconds())/float64(n))
+		}
+		if n := c.errors.Load(); n > 0 {
+			return fmt.Errorf("%d CreateVolume+DeleteVolume pairs failed; the first: %s", n, c.first)
 		}
 	}
 	fmt.Printf("profiles written to %s\n", dir)

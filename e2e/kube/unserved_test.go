@@ -226,12 +226,19 @@ func (s *stack) pinnedToUnservedZone(t *testing.T, name string) (string, bool) {
 // the given zones, into the connections Secret; removed when the test ends.
 func (s *stack) setConnection(t *testing.T, conn, base string, zones ...string) {
 	t.Helper()
-	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n", base)
 	for _, z := range zones {
 		fmt.Fprintf(&b, "    - requirements: {zone: %s}\n", z)
 	}
+	s.setConnectionText(t, conn, b.String())
+}
+
+// setConnectionText writes the file of connection conn into the
+// connections Secret; it is removed when the test ends.
+func (s *stack) setConnectionText(t *testing.T, conn, text string) {
+	t.Helper()
+	ctx := context.Background()
 	secrets := s.c.client.CoreV1().Secrets(Namespace)
 	sec, err := secrets.Get(ctx, "connections", metav1.GetOptions{})
 	if err != nil {
@@ -240,7 +247,7 @@ func (s *stack) setConnection(t *testing.T, conn, base string, zones ...string) 
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	sec.Data[conn+".yaml"] = []byte(b.String())
+	sec.Data[conn+".yaml"] = []byte(text)
 	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

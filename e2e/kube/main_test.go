@@ -28,6 +28,7 @@ var (
 var tools = map[string]string{
 	"KUBE_APISERVER": "", "HELM": "", "KUSTOMIZE": "", "ETCD": "",
 	"KUBE_SCHEDULER": "", "KUBE_CONTROLLER_MANAGER": "", "CSI_PROVISIONER": "", "CSI_RESIZER": "",
+	"CSI_SNAPSHOTTER": "", "SNAPSHOT_CONTROLLER": "",
 }
 
 func TestMain(m *testing.M) {

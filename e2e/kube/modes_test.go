@@ -159,9 +159,9 @@ func ensureModesNamespace(t *testing.T, c *cluster) {
 	}
 }
 
-func createClaim(t *testing.T, c *cluster, name, class string) *corev1.PersistentVolumeClaim {
-	t.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
+// claimSpec is a 1Gi ReadWriteOnce claim of class.
+func claimSpec(name, class string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			StorageClassName: &class,
@@ -169,7 +169,11 @@ func createClaim(t *testing.T, c *cluster, name, class string) *corev1.Persisten
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	out, err := c.client.CoreV1().PersistentVolumeClaims(modesNamespace).Create(context.Background(), pvc, metav1.CreateOptions{})
+}
+
+func createClaim(t *testing.T, c *cluster, name, class string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	out, err := c.client.CoreV1().PersistentVolumeClaims(modesNamespace).Create(context.Background(), claimSpec(name, class), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

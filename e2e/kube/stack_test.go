@@ -68,6 +68,7 @@ type stack struct {
 	provisioner *process
 	provArgs    []string
 	resizer     *process
+	run         *podRun // the controller Pod
 }
 
 func startStack(t *testing.T) *stack {
@@ -117,6 +118,7 @@ func startStack(t *testing.T) *stack {
 	}
 	pod := waitPod(t, c, Namespace, metav1.FormatLabelSelector(dep.Spec.Selector))
 	run := newPodRun(t, c, pod)
+	s.run = run
 
 	ctr := run.container(t, "proxy-topology")
 	if !strings.HasPrefix(ctr.Image, "ghcr.io/democratic-csi/proxy-topology:") {

@@ -59,7 +59,10 @@ func TestSidecarImageVersions(t *testing.T) {
 		}
 	}
 	// The binaries the tests run are the ones go.mod names.
-	for tool, img := range map[string]string{"CSI_PROVISIONER": "csi-provisioner", "CSI_RESIZER": "csi-resizer"} {
+	for tool, img := range map[string]string{
+		"CSI_PROVISIONER": "csi-provisioner", "CSI_RESIZER": "csi-resizer",
+		"CSI_SNAPSHOTTER": "csi-snapshotter", "SNAPSHOT_CONTROLLER": "snapshot-controller",
+	} {
 		if v, want := toolVersion(tools[tool]), built[sidecarModules[img]]; v != want {
 			t.Errorf("%s=%s is not the version tools/csi/go.mod requires (%s)", tool, tools[tool], want)
 		}

@@ -103,10 +103,10 @@ type Target struct {
 	Name  string  `json:"name"`
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit,omitempty"`
-	// Op is "<=" or ">=".
-	Op   string  `json:"op,omitempty"`
-	Goal float64 `json:"goal,omitempty"`
-	OK   bool    `json:"ok"`
+	// Op is "<=" or ">="; Goal is nil for a reported value.
+	Op   string   `json:"op,omitempty"`
+	Goal *float64 `json:"goal,omitempty"`
+	OK   bool     `json:"ok"`
 	// NotMeasured: the run skipped or failed what the value comes from;
 	// a target then misses.
 	NotMeasured bool `json:"not_measured,omitempty"`
@@ -119,14 +119,14 @@ func (t Target) Line() string {
 	if t.NotMeasured {
 		value = "not measured"
 	}
-	if t.Op == "" {
+	if t.Goal == nil {
 		return fmt.Sprintf("reported %s: %s (no goal)", t.Name, value)
 	}
 	verdict := "ok"
 	if !t.OK {
 		verdict = "MISS"
 	}
-	return fmt.Sprintf("target %s: %s (goal %s %s) %s", t.Name, value, t.Op, t.format(t.Goal), verdict)
+	return fmt.Sprintf("target %s: %s (goal %s %s) %s", t.Name, value, t.Op, t.format(*t.Goal), verdict)
 }
 
 func (t Target) format(v float64) string {
@@ -143,13 +143,13 @@ func (t Target) format(v float64) string {
 // measured and misses.
 func target(name string, value float64, unit, op string, goal float64) Target {
 	if math.IsNaN(value) {
-		return Target{Name: name, Unit: unit, Op: op, Goal: goal, NotMeasured: true}
+		return Target{Name: name, Unit: unit, Op: op, Goal: &goal, NotMeasured: true}
 	}
 	ok := value <= goal
 	if op == ">=" {
 		ok = value >= goal
 	}
-	return Target{Name: name, Value: value, Unit: unit, Op: op, Goal: goal, OK: ok}
+	return Target{Name: name, Value: value, Unit: unit, Op: op, Goal: &goal, OK: ok}
 }
 
 // reported is a value with no goal, so nothing to miss.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"math"
 	"os"
@@ -52,6 +53,22 @@ func TestTargetLine(t *testing.T) {
 	} {
 		if got := tt.t.Line(); got != tt.want {
 			t.Errorf("Line() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// results.json keeps a goal of 0 and has no goal for a reported value.
+func TestTargetJSON(t *testing.T) {
+	for _, tt := range []struct {
+		t    Target
+		want string
+	}{
+		{target("burst_errors", 0, "errors", "<=", 0), `{"name":"burst_errors","value":0,"unit":"errors","op":"\u003c=","goal":0,"ok":true}`},
+		{reported("raw_ratio", 1.5), `{"name":"raw_ratio","value":1.5,"ok":true}`},
+	} {
+		got, err := json.Marshal(tt.t)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("json.Marshal = %s, %v; want %s", got, err, tt.want)
 		}
 	}
 }

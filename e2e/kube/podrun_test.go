@@ -190,9 +190,6 @@ type process struct {
 	cmd    *exec.Cmd
 	logs   *syncBuffer
 	exited chan struct{}
-	// knownDenials are RBAC denials (substrings of the log line) that are
-	// logged instead of failing the test: known defects, each with why.
-	knownDenials map[string]string
 }
 
 // startProcess runs binary with args and env; it is stopped with SIGTERM
@@ -221,18 +218,10 @@ func startProcess(t *testing.T, name, binary string, args, env []string) *proces
 			t.Errorf("%s: the race detector reported a data race; see its logs", name)
 		}
 		// The deployed RBAC lets each container do all it tries.
-	lines:
 		for _, line := range strings.Split(p.logs.String(), "\n") {
-			if !strings.Contains(line, "is forbidden") {
-				continue
+			if strings.Contains(line, "is forbidden") {
+				t.Errorf("%s: denied by RBAC: %s", name, line)
 			}
-			for denial, why := range p.knownDenials {
-				if strings.Contains(line, denial) {
-					t.Logf("%s: denied by RBAC, a known defect (%s): %s", name, why, line)
-					continue lines
-				}
-			}
-			t.Errorf("%s: denied by RBAC: %s", name, line)
 		}
 		if t.Failed() {
 			t.Logf("%s logs:\n%s", name, p.logs)

@@ -76,13 +76,6 @@ func TestSnapshotRestore(t *testing.T) {
 	t.Cleanup(func() { c.deleteCRDs(t, crds) })
 	c.applyFiles(t, crds...)
 	s := startStack(t)
-	// KNOWN DEFECT (issue 14, deploy/ RBAC): the provisioner's ClusterRole
-	// grants volumesnapshots get and list only; external-provisioner's own
-	// rbac.yaml adds watch and update (finalizer-based protection of a
-	// snapshot being restored from). Remove this when deploy/ grants them.
-	s.provisioner.knownDenials = map[string]string{
-		`cannot watch resource \"volumesnapshots\"`: "deploy/ RBAC lacks watch on volumesnapshots for the provisioner",
-	}
 	ensureModesNamespace(t, c)
 	snapshotter := snapshotModule(t, "github.com/kubernetes-csi/external-snapshotter/v8")
 	c.applyFiles(t, filepath.Join(snapshotter, "deploy", "kubernetes", "snapshot-controller", "rbac-snapshot-controller.yaml"))

@@ -122,11 +122,13 @@ etcd:
 
 ## bench: Go micro-benchmarks, then bench/cmd/ptbench: proxy-topology against
 ## the typed and raw forwarders and a no-op upstream, a local-hostpath burst,
-## scale, memory; writes bench/results.json and fails if a target of
-## docs/performance.md is missed
+## scale, memory; writes bench/results.json; then bench/cmd/ptsoak: 10,000
+## connection edits under load (docs/reliability.md §9). Both always run;
+## it fails if a target of either is missed
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	$(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS)
+	@rc=0; $(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS) || rc=1; \
+	  $(GO) run ./bench/cmd/ptsoak $(PTSOAKFLAGS) || rc=1; exit $$rc
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -165,9 +165,10 @@ var (
 )
 
 // deployed applies deploy/kubernetes for real, once: the ServiceAccounts
-// and RBAC must exist for the tests that authenticate as them. Nothing
-// runs the Deployment or DaemonSet (there is no controller-manager or
-// kubelet); the tests start the processes themselves.
+// and RBAC must exist for the tests that authenticate as them. It starts
+// no controller: tests that need the Deployment turned into a placed Pod
+// add the real scheduler and controller-manager (withControlPlane), and
+// since there is no kubelet, the tests run the containers as processes.
 func deployed(t *testing.T) *cluster {
 	t.Helper()
 	c := getCluster(t)

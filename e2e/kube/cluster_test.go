@@ -31,6 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // cluster is etcd plus kube-apiserver on 127.0.0.1, with RBAC
@@ -286,26 +288,21 @@ func (c *cluster) token(t *testing.T, namespace, sa string) string {
 func (c *cluster) kubeconfig(t *testing.T, token string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: sa
-  user:
-    token: %s
-contexts:
-- name: e2e
-  context: {cluster: e2e, user: sa}
-current-context: e2e
-`, c.url, b64(c.caPEM), token)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	if err := c.writeKubeconfig(path, &clientcmdapi.AuthInfo{Token: token}); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// writeKubeconfig writes a kubeconfig for the test cluster that
+// authenticates as user, built as data with client-go's own types.
+func (c *cluster) writeKubeconfig(path string, user *clientcmdapi.AuthInfo) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.url, CertificateAuthorityData: c.caPEM}
+	cfg.AuthInfos["user"] = user
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "user"}
+	cfg.CurrentContext = "e2e"
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // as returns a clientset that authenticates with token.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // kcmControllers are the kube-controller-manager controllers the storage
@@ -130,24 +131,7 @@ func (c *cluster) componentKubeconfig(user string) (string, error) {
 		return "", fmt.Errorf("no client certificate for %s", user)
 	}
 	path := filepath.Join(c.dir, strings.ReplaceAll(user, ":", "-")+".kubeconfig")
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: component
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: e2e
-  context: {cluster: e2e, user: component}
-current-context: e2e
-`, c.url, b64(c.caPEM), b64(pair[0]), b64(pair[1]))
-	return path, os.WriteFile(path, []byte(cfg), 0o600)
+	return path, c.writeKubeconfig(path, &clientcmdapi.AuthInfo{ClientCertificateData: pair[0], ClientKeyData: pair[1]})
 }
 
 // schedulable makes a Node what kube-scheduler places pods on, as a

@@ -78,17 +78,16 @@ ListSnapshotsResponse holding every page's entries.`,
 				return usagef("--max %d is out of range", maxEntries)
 			}
 			all := &csi.ListSnapshotsResponse{}
-			pages := 0
-			for tok := ""; ; {
+			pages, err := listAll(func(tok string) (string, error) {
 				resp, err := c.controller.ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: int32(maxEntries), StartingToken: tok, SourceVolumeId: source, SnapshotId: id})
 				if err != nil {
-					return rpcFailed("ListSnapshots", err)
+					return "", rpcFailed("ListSnapshots", err)
 				}
-				pages++
 				all.Entries = append(all.Entries, resp.GetEntries()...)
-				if tok = resp.GetNextToken(); tok == "" {
-					break
-				}
+				return resp.GetNextToken(), nil
+			})
+			if err != nil {
+				return err
 			}
 			return c.emit(all, func(out io.Writer) {
 				w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -174,17 +174,16 @@ one ListVolumesResponse holding every page's entries.`,
 				return usagef("--max %d is out of range", maxEntries)
 			}
 			all := &csi.ListVolumesResponse{}
-			pages := 0
-			for tok := ""; ; {
+			pages, err := listAll(func(tok string) (string, error) {
 				resp, err := c.controller.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: int32(maxEntries), StartingToken: tok})
 				if err != nil {
-					return rpcFailed("ListVolumes", err)
+					return "", rpcFailed("ListVolumes", err)
 				}
-				pages++
 				all.Entries = append(all.Entries, resp.GetEntries()...)
-				if tok = resp.GetNextToken(); tok == "" {
-					break
-				}
+				return resp.GetNextToken(), nil
+			})
+			if err != nil {
+				return err
 			}
 			return c.emit(all, func(out io.Writer) {
 				w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -276,4 +275,22 @@ func printCapacity(out io.Writer, resp *csi.GetCapacityResponse) {
 		fmt.Fprintf(w, "minimum_volume_size:\t%s\n", sizeText(m.GetValue()))
 	}
 	w.Flush()
+}
+
+// listAll calls page with each next_token in turn, from "", until a page
+// hands back none; it returns how many pages were read. The listing
+// commands share it, so they page alike.
+func listAll(page func(token string) (next string, err error)) (int, error) {
+	pages := 0
+	for tok := ""; ; {
+		next, err := page(tok)
+		if err != nil {
+			return pages, err
+		}
+		pages++
+		if next == "" {
+			return pages, nil
+		}
+		tok = next
+	}
 }

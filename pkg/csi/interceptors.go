@@ -35,6 +35,9 @@ type call struct {
 	// changes meanwhile. The interceptor releases them.
 	mu   sync.Mutex
 	held []*connection.Connection
+	// heldBuf backs held: a call resolves one or two connections, and the
+	// interceptor's hot path should not allocate for them.
+	heldBuf [2]*connection.Connection
 }
 
 // hold keeps c, and so its upstream clients, for the rest of the call.
@@ -55,8 +58,9 @@ func (cl *call) release() {
 	held := cl.held
 	cl.held = nil
 	cl.mu.Unlock()
-	for _, c := range held {
+	for i, c := range held {
 		c.Release()
+		held[i] = nil
 	}
 }
 
@@ -110,6 +114,7 @@ func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	logged, recovered := loggingInterceptor(log, observers), recoveryInterceptor(log)
 	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		cl := &call{id: requestCounter.Add(1)}
+		cl.held = cl.heldBuf[:0]
 		defer cl.release()
 		ctx = context.WithValue(ctx, callKey{}, cl)
 		return logged(ctx, req, info, func(ctx context.Context, req any) (any, error) {

@@ -55,6 +55,9 @@ type Connection struct {
 	// the same client unless csi.nodeEndpoint differs from csi.endpoint.
 	Controller *upstream.Client
 	Node       *upstream.Client
+	// Group is set for a file of driver: group, which has no upstream:
+	// Controller and Node are nil and Config is only its driver (group.go).
+	Group *config.Group
 
 	// topology is Config.Proxy.PerDriver.Topology compiled (Topology).
 	topology atomic.Pointer[accessible.Compiled]
@@ -409,6 +412,9 @@ func (s *Store) Close() {
 }
 
 func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Connection, error) {
+	if config.IsGroupFile(data) {
+		return s.loadGroup(name, file, data)
+	}
 	cfg, warnings, err := config.ParseConnection(file, data, s.opts.Topology)
 	for _, w := range warnings {
 		s.opts.Log.Warn(w, "connection", name)

@@ -1,0 +1,154 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+)
+
+// DriverGroup is a connection file without a backend of its own: a
+// CreateVolume on it goes to one of its members (SPEC §11).
+const DriverGroup = "group"
+
+// Group is a connection file of driver: group.
+//
+// A group is decoded apart from Connection: it shares no key with the
+// other drivers (no endpoint, no base path, no topology of its own: its
+// members' topology decides where a volume goes), so a file that mixes
+// them is refused rather than half applied.
+type Group struct {
+	Driver string       `yaml:"driver"`
+	Group  GroupMembers `yaml:"group"`
+}
+
+// GroupMembers is the group: section.
+type GroupMembers struct {
+	// Members are names of ordinary connections, in the order a
+	// CreateVolume tries them: for each of the request's terms, the first
+	// member whose topology admits it is chosen.
+	Members []string `yaml:"members"`
+}
+
+// IsGroupFile reports whether data is a connection file that says
+// driver: group. A file that does not decode is not a group; the ordinary
+// parser reports what is wrong with it.
+func IsGroupFile(data []byte) bool {
+	var head struct {
+		Driver string `yaml:"driver"`
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return false
+	}
+	return head.Driver == DriverGroup
+}
+
+// groupKeys are the keys a group file may have, by path.
+var groupKeys = map[string][]string{
+	"":      {"driver", "group"},
+	"group": {"members"},
+}
+
+// ParseGroup decodes and validates a group file. file is used in
+// messages only. Whether the members exist, load and are not groups
+// themselves is not known here: members can come and go at run time, so
+// the proxy checks them on every call (pkg/connection) and `check` checks
+// the folder.
+func ParseGroup(file string, data []byte) (*Group, error) {
+	var g Group
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&g); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("file %s: %w", file, groupDecodeError(err, data))
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("file %s: %w", file, err)
+	} else if err == nil && !emptyDocument(&next) {
+		return nil, fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("file %s: %w", file, err)
+	}
+	return &g, nil
+}
+
+// groupDecodeError turns yaml.v3's strict-decoding complaint about a key
+// into one that names the key's path and says why a group refuses it:
+// every key of another driver (csi, local-hostpath, proxy.perDriver) would
+// be silently ignored, and a topology written on a group would look like
+// it restricts the group while the members' topology decides.
+func groupDecodeError(err error, data []byte) error {
+	var raw map[string]any
+	if yaml.Unmarshal(data, &raw) != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range sortedKeys(raw) {
+		if !slices.Contains(groupKeys[""], k) {
+			errs = append(errs, fmt.Errorf("%s: not a key of a group file (driver: group has only group.members; a member's own file holds its endpoint and topology)", k))
+			continue
+		}
+		if k != "group" {
+			continue
+		}
+		sub, ok := stringMap(raw[k])
+		if !ok {
+			continue
+		}
+		for _, sk := range sortedKeys(sub) {
+			if !slices.Contains(groupKeys["group"], sk) {
+				errs = append(errs, fmt.Errorf("group.%s: unknown key (a group has only group.members)", sk))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Validate checks what the file alone can tell; errors name the key path.
+func (g *Group) Validate() error {
+	var errs []error
+	if g.Driver != DriverGroup {
+		errs = append(errs, fmt.Errorf("driver: %q is not group", g.Driver))
+	}
+	if len(g.Group.Members) == 0 {
+		errs = append(errs, errors.New("group.members: required: the names of the connections the group chooses among"))
+	}
+	seen := map[string]int{}
+	for i, m := range g.Group.Members {
+		key := fmt.Sprintf("group.members[%d]", i)
+		if err := ids.ValidateConnectionName(m); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", key, err))
+			continue
+		}
+		if j, dup := seen[m]; dup {
+			errs = append(errs, fmt.Errorf("%s: %q is already group.members[%d]", key, m, j))
+			continue
+		}
+		seen[m] = i
+	}
+	return errors.Join(errs...)
+}
+
+// SelfMember returns the index of name among the members, or -1. A group
+// that lists itself is refused by the store, which knows its name.
+func (g *Group) SelfMember(name string) int {
+	return slices.Index(g.Group.Members, name)
+}

@@ -1,0 +1,63 @@
+package connection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+)
+
+// IsGroup reports a connection of driver: group (SPEC §11): it has no
+// upstream of its own (Controller and Node are nil), only Members.
+func (c *Connection) IsGroup() bool { return c.Group != nil }
+
+// Members returns a group's member names in order; nil for an ordinary
+// connection.
+func (c *Connection) Members() []string {
+	if c.Group == nil {
+		return nil
+	}
+	return c.Group.Group.Members
+}
+
+// loadGroup makes the Connection of a group file. Only what the file alone
+// says is checked here (its syntax, its member names, that it does not
+// list itself): members can be added, changed or removed at any time, so
+// whether each one exists and is an ordinary connection is checked on
+// every call (Member), and a group is never cached as broken because a
+// member was.
+func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
+	g, err := config.ParseGroup(file, data)
+	if err == nil {
+		if i := g.SelfMember(name); i >= 0 {
+			err = fmt.Errorf("file %s: group.members[%d]: the group %q lists itself; members must be ordinary connections", file, i, name)
+		}
+	}
+	if err != nil {
+		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+	}
+	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
+	c.refs.Store(1) // the caller's
+	s.opts.Log.Debug("connection loaded", "connection", name, "driver", config.DriverGroup, "members", g.Group.Members)
+	return c, nil
+}
+
+// Member returns member i of group g, with a reference the caller must
+// Release. A member that has no file, does not load, or is itself a group
+// is an error of the group naming the member; it wraps the store's
+// sentinel (ErrNotFound, ErrBroken, ErrUnavailable), so callers map it as
+// they map Get's errors.
+func (s *Store) Member(ctx context.Context, g *Connection, i int) (*Connection, error) {
+	name := g.Members()[i]
+	m, err := s.Get(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: member %q (group.members[%d]): %w", g.Name, name, i, err)
+	}
+	if m.IsGroup() {
+		m.Release()
+		return nil, fmt.Errorf("%w: group %q: member %q (group.members[%d]) is itself a group (members %v); a group's members must be ordinary connections",
+			ErrBroken, g.Name, name, i, m.Members())
+	}
+	return m, nil
+}

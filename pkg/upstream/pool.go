@@ -498,14 +498,22 @@ func (p *Pool) intercept(c *Client) grpc.UnaryClientInterceptor {
 		}
 		start := time.Now()
 		err = invoker(ctx, method, req, reply, cc, opts...)
-		d := time.Since(start)
-		if obs != nil {
-			(*obs)(ctx, c.Target, method, status.Code(err), d)
-		}
-		if debug {
-			p.log.DebugContext(ctx, "upstream call", "upstream", c.Target, "method", method,
-				"code", status.Code(err).String(), "duration", d)
-		}
+		p.observe(ctx, obs, debug, c.Target, method, err, time.Since(start))
 		return err
+	}
+}
+
+// observe reports a finished upstream call. It is a function of its own so
+// that the interceptor's frame, which stays on the stack for the whole
+// upstream call, holds no logging arguments.
+//
+//go:noinline
+func (p *Pool) observe(ctx context.Context, obs *Observer, debug bool, target, method string, err error, d time.Duration) {
+	if obs != nil {
+		(*obs)(ctx, target, method, status.Code(err), d)
+	}
+	if debug {
+		p.log.DebugContext(ctx, "upstream call", "upstream", target, "method", method,
+			"code", status.Code(err).String(), "duration", d)
 	}
 }

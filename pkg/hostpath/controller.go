@@ -222,10 +222,10 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		CapacityBytes:    capacity,
 		SourceSnapshotID: src.snapshotID,
 		SourceVolumeID:   src.volumeID,
+		Parameters:       req.GetParameters(),
 		CreatedAt:        time.Now().UTC(),
 	}
-	commit := func() error { return d.store.writeVolume(rec) }
-	if err := d.materialize(ctx, "volume", id, srcDir, d.store.volumePath(id), commit); err != nil {
+	if err := d.materialize(ctx, "volume", id, srcDir, d.store.volumePath(id), rec); err != nil {
 		return nil, err
 	}
 	d.log.Info("created volume", "volume", id, "name", rec.Name, "capacityBytes", capacity, "source", src.String())
@@ -286,73 +286,89 @@ func (d *Driver) resolveSource(src contentSource, field string) (dir string, siz
 }
 
 // materialize builds a volume or snapshot in the work area (empty, or a
-// copy of srcDir), renames it to dest and then runs commit, which writes the
-// record. Anything that fails is undone, so a failed create leaves nothing
-// behind and a retry starts clean.
-func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, commit func() error) error {
-	work, err := d.store.newWorkDir(kind + "-" + id)
-	if err != nil {
-		return internalError(err, "create work directory for %s %s", kind, id)
-	}
-	defer d.removeWork(work)
-	data := filepath.Join(work, "data")
+// copy of srcDir), renames it to dest, publishes its record (rec, in the
+// record directory of kind) and returns once both are durable. The order
+// is what recovery relies on (docs/reliability.md §10): data renamed into
+// place before the record, and the call acknowledged only after a group
+// commit has synced the record, the new directory and both parents.
+// Anything that fails is undone, so a failed create leaves nothing behind
+// and a retry starts clean.
+func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, rec any) error {
+	s := d.store
+	recKind := kind + "s"
+	tmp := s.workPath(kind + "-" + id)
 	if srcDir != "" {
-		if err := copyTree(ctx, srcDir, data); err != nil {
+		if err := copyTree(ctx, srcDir, tmp); err != nil {
+			removeTree(tmp)
 			return internalError(err, "copy content of %s %s", kind, id)
 		}
+		// One syncfs for every file of the copy, before it is published.
+		if err := s.sync.syncFS(tmp); err != nil {
+			removeTree(tmp)
+			return internalError(err, "sync the copy of %s %s", kind, id)
+		}
 	} else {
-		if err := os.Mkdir(data, volumeDataPerm); err != nil {
+		if err := os.Mkdir(tmp, volumeDataPerm); err != nil {
 			return internalError(err, "create %s %s", kind, id)
 		}
-		if err := os.Chmod(data, volumeDataPerm); err != nil { // the umask applied to Mkdir
+		if err := os.Chmod(tmp, volumeDataPerm); err != nil { // the umask applied to Mkdir
+			os.Remove(tmp)
 			return internalError(err, "create %s %s", kind, id)
 		}
 	}
-	// Data without a record is what a crash between rename and commit
+	// Data without a record is what a create or delete that never returned
 	// leaves; no one can be using it, because every RPC needs the record.
 	if _, err := os.Lstat(dest); err == nil {
 		d.log.Warn("replacing data left without a record by an earlier failure", "kind", kind, "id", id)
-		if err := os.Rename(dest, filepath.Join(work, "stale")); err != nil {
+		if err := s.trash(dest, "stale-"+id); err != nil {
+			removeTree(tmp)
 			return internalError(err, "move aside stale data of %s %s", kind, id)
 		}
 	}
-	if err := os.Rename(data, dest); err != nil {
+	if err := s.rename(tmp, dest); err != nil {
+		removeTree(tmp)
 		return internalError(err, "move new %s %s into place", kind, id)
 	}
-	if err := commit(); err != nil {
-		if rerr := os.Rename(dest, data); rerr != nil {
-			d.log.Error("cannot undo failed create; data stays without a record", "kind", kind, "id", id, "error", rerr)
-		}
+	f, err := s.createRecord(recKind, id, rec)
+	if err != nil {
+		d.undoCreate(kind, id, dest, "")
 		return internalError(err, "write record of %s %s", kind, id)
+	}
+	if err := s.sync.commit([]*os.File{f}, dest, filepath.Dir(dest), s.metaDir(recKind)); err != nil {
+		d.undoCreate(kind, id, dest, s.recordPath(recKind, id))
+		return internalError(err, "sync %s %s", kind, id)
 	}
 	return nil
 }
 
-// dispose removes a volume's or snapshot's data and then its record. The
-// data is first renamed into the work area so that the record never points
-// at half-deleted data; if removal then fails, the next Driver to start
-// purges it.
-func (d *Driver) dispose(kind, id, dataPath string, removeRecord func() error) error {
-	work, err := d.store.newWorkDir("delete-" + id)
-	if err != nil {
-		return internalError(err, "create work directory to delete %s %s", kind, id)
-	}
-	defer d.removeWork(work)
-	if _, err := os.Lstat(dataPath); err == nil {
-		if err := os.Rename(dataPath, filepath.Join(work, "data")); err != nil {
-			return internalError(err, "move data of %s %s aside", kind, id)
+// undoCreate removes what a failed create published: the record first, then
+// the data (the order of a delete).
+func (d *Driver) undoCreate(kind, id, dest, record string) {
+	if record != "" {
+		if err := removeUnsynced(record); err != nil {
+			d.log.Error("cannot undo failed create; the record stays", "kind", kind, "id", id, "error", err)
+			return
 		}
 	}
+	if err := d.store.trash(dest, "undo-"+id); err != nil {
+		d.log.Error("cannot undo failed create; data stays without a record", "kind", kind, "id", id, "error", err)
+	}
+}
+
+// dispose removes a volume's or snapshot's record and then its data, with
+// no sync: a delete is idempotent (docs/reliability.md §10). Between the
+// two steps the data is invisible (every RPC needs the record); the data is
+// moved into the work area before it is removed, so it is never seen
+// half-deleted, and what removal leaves is purged by the next Driver to
+// start.
+func (d *Driver) dispose(kind, id, dataPath string, removeRecord func() error) error {
 	if err := removeRecord(); err != nil {
 		return internalError(err, "remove record of %s %s", kind, id)
 	}
-	return nil
-}
-
-func (d *Driver) removeWork(work string) {
-	if err := removeTree(work); err != nil {
-		d.log.Warn("cannot remove work directory; the next start will retry", "path", work, "error", err)
+	if err := d.store.trash(dataPath, "delete-"+id); err != nil {
+		return internalError(err, "move data of %s %s aside", kind, id)
 	}
+	return nil
 }
 
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {

@@ -59,8 +59,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		SizeBytes:      size,
 		CreatedAt:      time.Now().UTC(),
 	}
-	commit := func() error { return d.store.writeSnapshot(rec) }
-	if err := d.materialize(ctx, "snapshot", id, srcDir, d.store.snapshotPath(id), commit); err != nil {
+	if err := d.materialize(ctx, "snapshot", id, srcDir, d.store.snapshotPath(id), rec); err != nil {
 		return nil, err
 	}
 	d.log.Info("created snapshot", "snapshot", id, "name", rec.Name, "sourceVolume", srcID, "sizeBytes", size)

@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,10 +30,14 @@ type volumeRecord struct {
 	// CapacityBytes is what CreateVolume / ControllerExpandVolume granted.
 	// It is recorded and reported, not enforced: a directory has no size,
 	// and project quotas would tie the driver to xfs/ext4 with prjquota.
-	CapacityBytes    int64     `json:"capacityBytes"`
-	SourceSnapshotID string    `json:"sourceSnapshotId,omitempty"`
-	SourceVolumeID   string    `json:"sourceVolumeId,omitempty"`
-	CreatedAt        time.Time `json:"createdAt"`
+	CapacityBytes    int64  `json:"capacityBytes"`
+	SourceSnapshotID string `json:"sourceSnapshotId,omitempty"`
+	SourceVolumeID   string `json:"sourceVolumeId,omitempty"`
+	// Parameters are the CreateVolume parameters, kept for the record
+	// (an administrator reading meta/, the crash test): the driver has no
+	// parameters of its own and they take no part in idempotency.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
 }
 
 // snapshotRecord is meta/snapshots/<id>.json.
@@ -76,6 +82,12 @@ type store struct {
 	work     string
 	lock     *os.File
 	lockPath string
+	// seq names work items inside work.
+	seq atomic.Uint64
+
+	// sync runs the group commits (sync.go); its trace, when set, sees
+	// every rename, fsync and syncfs (the durability tests).
+	sync groupSync
 }
 
 func openStore(base string, log *slog.Logger) (*store, error) {
@@ -90,10 +102,11 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 			return nil, err
 		}
 	}
-	s.purgeStaleWork()
+	others, dead := s.purgeStaleWork()
 	if err := s.claimWork(); err != nil {
 		return nil, err
 	}
+	s.recover(others == 0, dead > 0)
 	return s, nil
 }
 
@@ -144,29 +157,46 @@ func (s *store) claimWork() error {
 
 // purgeStaleWork removes the work directories of Drivers that are gone: their
 // lock file can be locked (the kernel released it when they exited) or has
-// been removed already.
-func (s *store) purgeStaleWork() {
+// been removed already. It returns how many other Drivers are alive on the
+// same BasePath (-1 when that cannot be told) and how many dead ones left
+// their work behind (they stopped without Close: killed, or a power loss).
+func (s *store) purgeStaleWork() (others, dead int) {
 	entries, err := os.ReadDir(s.tmpDir())
 	if err != nil {
 		s.log.Warn("cannot list tmp for cleanup", "error", err)
-		return
+		return -1, 0
 	}
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") {
-			continue // a claim in progress
-		}
-		if strings.HasSuffix(name, ".lock") {
-			if _, err := os.Lstat(filepath.Join(s.tmpDir(), strings.TrimSuffix(name, ".lock"))); errors.Is(err, fs.ErrNotExist) {
-				s.removeIfUnlocked(filepath.Join(s.tmpDir(), name), "")
+			// A claim: a Driver starting now (it may not hold its lock
+			// yet), or, once old, one that died starting.
+			fi, err := e.Info()
+			if err != nil || time.Since(fi.ModTime()) < time.Minute || !s.removeIfUnlocked(filepath.Join(s.tmpDir(), name), "") {
+				others++
 			}
 			continue
 		}
-		s.removeIfUnlocked(filepath.Join(s.tmpDir(), name+".lock"), filepath.Join(s.tmpDir(), name))
+		if strings.HasSuffix(name, ".lock") {
+			if _, err := os.Lstat(filepath.Join(s.tmpDir(), strings.TrimSuffix(name, ".lock"))); errors.Is(err, fs.ErrNotExist) {
+				if !s.removeIfUnlocked(filepath.Join(s.tmpDir(), name), "") {
+					others++
+				}
+			}
+			continue
+		}
+		if s.removeIfUnlocked(filepath.Join(s.tmpDir(), name+".lock"), filepath.Join(s.tmpDir(), name)) {
+			dead++
+		} else {
+			others++
+		}
 	}
+	return others, dead
 }
 
-func (s *store) removeIfUnlocked(lockPath, work string) {
+// removeIfUnlocked removes work and lockPath unless a live Driver holds the
+// lock; it reports false when one does (or the lock cannot be read).
+func (s *store) removeIfUnlocked(lockPath, work string) bool {
 	f, err := os.OpenFile(lockPath, os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -174,21 +204,22 @@ func (s *store) removeIfUnlocked(lockPath, work string) {
 		// Driver died.
 	case err != nil:
 		s.log.Warn("cannot open tmp lock", "path", lockPath, "error", err)
-		return
+		return false
 	default:
 		defer f.Close()
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			return // still in use by a live Driver
+			return false // still in use by a live Driver
 		}
 	}
 	if work != "" {
 		if err := removeTree(work); err != nil {
 			s.log.Warn("cannot remove stale work directory", "path", work, "error", err)
-			return
+			return true
 		}
 		s.log.Info("removed work left by a previous run", "path", work)
 	}
 	os.Remove(lockPath)
+	return true
 }
 
 func (s *store) close() error {
@@ -202,11 +233,34 @@ func (s *store) close() error {
 	return err
 }
 
-// newWorkDir returns a fresh directory inside this Driver's work area, on the
-// same file system as volumes/ and snapshots/ so that finished work is
-// published with a single rename.
-func (s *store) newWorkDir(prefix string) (string, error) {
-	return os.MkdirTemp(s.work, prefix+"-*")
+// workPath returns a fresh name inside this Driver's work area, on the same
+// file system as volumes/ and snapshots/ so that finished work is published
+// with a single rename. Nothing is created.
+func (s *store) workPath(prefix string) string {
+	return filepath.Join(s.work, prefix+"-"+strconv.FormatUint(s.seq.Add(1), 10))
+}
+
+// rename is os.Rename, seen by the trace.
+func (s *store) rename(from, to string) error {
+	s.sync.note("rename", to)
+	return os.Rename(from, to)
+}
+
+// trash moves path into the work area and removes it there, so that no one
+// ever sees it half-removed; a missing path is not an error. What cannot be
+// removed now is purged by the next Driver to start.
+func (s *store) trash(path, prefix string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	aside := s.workPath(prefix)
+	if err := s.rename(path, aside); err != nil {
+		return err
+	}
+	if err := removeTree(aside); err != nil {
+		s.log.Warn("cannot remove work directory; the next start will retry", "path", aside, "error", err)
+	}
+	return nil
 }
 
 // --- records ---
@@ -225,11 +279,48 @@ func (s *store) readVolume(id string) (*volumeRecord, error) {
 }
 
 func (s *store) writeVolume(r *volumeRecord) error {
-	return writeJSON(s.recordPath("volumes", r.ID), r)
+	return s.writeJSON(s.recordPath("volumes", r.ID), r)
 }
 
+// createRecord publishes the record of a new volume or snapshot: it writes
+// it to a temporary file in kind's record directory and renames it into
+// place, without syncing. The file is returned open, for the group commit
+// that makes it durable (groupSync.commit closes it). Until that commit a
+// power loss may leave the record empty; recover removes empty records,
+// and only a create that has not returned yet can leave one, because an
+// acknowledged record has been synced.
+func (s *store) createRecord(kind, id string, v any) (f *os.File, err error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	f, err = os.CreateTemp(s.metaDir(kind), "."+id+".json.*.tmp")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(b); err != nil {
+		return nil, err
+	}
+	if err = f.Chmod(0o640); err != nil {
+		return nil, err
+	}
+	if err = s.rename(f.Name(), s.recordPath(kind, id)); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// removeVolumeRecord removes the record without syncing: a delete is
+// idempotent, so one undone by a power loss is retried (docs/reliability.md
+// §10).
 func (s *store) removeVolumeRecord(id string) error {
-	return removeFile(s.recordPath("volumes", id))
+	return removeUnsynced(s.recordPath("volumes", id))
 }
 
 func (s *store) readSnapshot(id string) (*snapshotRecord, error) {
@@ -240,12 +331,8 @@ func (s *store) readSnapshot(id string) (*snapshotRecord, error) {
 	return &r, nil
 }
 
-func (s *store) writeSnapshot(r *snapshotRecord) error {
-	return writeJSON(s.recordPath("snapshots", r.ID), r)
-}
-
 func (s *store) removeSnapshotRecord(id string) error {
-	return removeFile(s.recordPath("snapshots", id))
+	return removeUnsynced(s.recordPath("snapshots", id))
 }
 
 // readAttachments returns an empty record when the volume has none.
@@ -264,9 +351,9 @@ func (s *store) readAttachments(volumeID string) (*attachmentsRecord, error) {
 // writeAttachments stores r, or removes the file when r has no nodes left.
 func (s *store) writeAttachments(r *attachmentsRecord) error {
 	if len(r.Nodes) == 0 {
-		return removeFile(s.recordPath("attachments", r.VolumeID))
+		return s.removeFile(s.recordPath("attachments", r.VolumeID))
 	}
-	return writeJSON(s.recordPath("attachments", r.VolumeID), r)
+	return s.writeJSON(s.recordPath("attachments", r.VolumeID), r)
 }
 
 // listVolumes returns every volume record sorted by ID.
@@ -359,8 +446,12 @@ func readJSON(path string, v any) error {
 
 // writeJSON replaces path atomically: readers (possibly another process on
 // the same BasePath) see the old or the new record, never a partial one, and
-// the record survives a power loss once writeJSON returns.
-func writeJSON(path string, v any) (err error) {
+// the record survives a power loss once writeJSON returns. Unlike
+// createRecord it syncs the file before the rename, because it replaces a
+// record that may already have been acknowledged (an expansion, the
+// attachments): a power loss must leave the old or the new content, never
+// an empty file.
+func (s *store) writeJSON(path string, v any) (err error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
@@ -382,24 +473,33 @@ func writeJSON(path string, v any) (err error) {
 	if err = f.Chmod(0o640); err != nil {
 		return err
 	}
-	if err = f.Sync(); err != nil {
+	if err = s.sync.fsyncFile(f); err != nil {
 		return err
 	}
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(f.Name(), path); err != nil {
+	if err = s.rename(f.Name(), path); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return s.sync.fsyncDir(dir)
 }
 
-// removeFile removes path; a missing file is not an error.
-func removeFile(path string) error {
+// removeFile removes path and syncs its directory; a missing file is not an
+// error.
+func (s *store) removeFile(path string) error {
+	if err := removeUnsynced(path); err != nil {
+		return err
+	}
+	return s.sync.fsyncDir(filepath.Dir(path))
+}
+
+// removeUnsynced removes path; a missing file is not an error.
+func removeUnsynced(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return nil
 }
 
 // removeTree is os.RemoveAll that also removes what a pod made read-only: a

@@ -1,0 +1,100 @@
+package connection
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestGroupLoads: a group file loads like any connection file (cached,
+// reloaded when it changes, dropped when it goes), without an upstream.
+func TestGroupLoads(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("a", connA)
+	e.write("b", connB)
+	e.write("zones", "driver: group\ngroup:\n  members: [a, b]\n")
+	g := e.get("zones")
+	if !g.IsGroup() || g.Controller != nil || g.Node != nil || g.Config.Driver != "group" {
+		t.Fatalf("group loaded as %+v", g)
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, g.Members()); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
+	}
+	if e.get("a").IsGroup() || e.get("a").Members() != nil {
+		t.Error("an ordinary connection reports itself a group")
+	}
+	n := e.loadCount()
+	if e.get("zones") != g || e.loadCount() != n {
+		t.Error("an unchanged group file was loaded again")
+	}
+	e.replace("zones", "driver: group\ngroup:\n  members: [b]\n")
+	if got := e.get("zones").Members(); !cmp.Equal(got, []string{"b"}) {
+		t.Errorf("after the edit: members %v", got)
+	}
+}
+
+// TestGroupBroken: a broken group fails only itself, with the file's
+// error; a group listing itself is broken.
+func TestGroupBroken(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("a", connA)
+	e.write("bad", "driver: group\ngroup:\n  members: [a, a]\n")
+	e.write("self", "driver: group\ngroup:\n  members: [a, self]\n")
+	for name, want := range map[string]string{
+		"bad":  `group.members[1]: "a" is already group.members[0]`,
+		"self": `group.members[1]: the group "self" lists itself`,
+	} {
+		_, err := e.store.Get(context.Background(), name)
+		if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), e.path(name)) {
+			t.Errorf("Get(%s): %v; want ErrBroken with %q and the file", name, err, want)
+		}
+	}
+	e.get("a") // the others keep working
+}
+
+// TestGroupMember: members are checked on every call, since they can
+// change at run time: a missing member, a broken one and one that is a
+// group are errors naming the group and the member.
+func TestGroupMember(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("a", connA)
+	e.write("zones", "driver: group\ngroup:\n  members: [a, missing, inner, broken]\n")
+	e.write("inner", "driver: group\ngroup:\n  members: [a]\n")
+	e.write("broken", "driver: csi\n")
+	g, err := e.store.Get(context.Background(), "zones")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	m, err := e.store.Member(context.Background(), g, 0)
+	if err != nil || m.Name != "a" {
+		t.Fatalf("member 0: %v %v", m, err)
+	}
+	m.Release()
+	for i, tc := range []struct {
+		sentinel error
+		want     string
+	}{
+		1: {ErrNotFound, `group "zones": member "missing" (group.members[1]): connection not found`},
+		2: {ErrBroken, `group "zones": member "inner" (group.members[2]) is itself a group (members [a])`},
+		3: {ErrBroken, `group "zones": member "broken" (group.members[3]): connection file is invalid`},
+	} {
+		if i == 0 {
+			continue
+		}
+		m, err := e.store.Member(context.Background(), g, i)
+		if m != nil || !errors.Is(err, tc.sentinel) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("member %d: %v, %v; want %v with %q", i, m, err, tc.sentinel, tc.want)
+		}
+	}
+	// The missing member appears: the same cached group now resolves it.
+	e.write("missing", connB)
+	m, err = e.store.Member(context.Background(), g, 1)
+	if err != nil || m.Config.CSI.Endpoint != "unix:///csi/b.sock" {
+		t.Fatalf("member 1 after its file appeared: %v", err)
+	}
+	m.Release()
+}

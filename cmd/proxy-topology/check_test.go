@@ -33,7 +33,7 @@ checked 4 files: 4 ok, 0 with warnings, 0 with errors
 		},
 		{
 			name: "warnings only", args: dir("warnings"), code: 0,
-			stdout: `testdata/check/warnings/proxy.yaml: warning: unknown key proxy.cacheTimeout (ignored); proxy.defaultConnection "fast" has no file fast.yaml in testdata/check/warnings/connections
+			stdout: `testdata/check/warnings/proxy.yaml: warning: unknown key cacheTimeout (ignored); proxy.defaultConnection "fast" has no file fast.yaml in testdata/check/warnings/connections
 testdata/check/warnings/connections/iscsi.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means
 testdata/check/warnings/connections/rack.yaml: warning: proxy.perDriver.topology[0].requirements["rack"]: no node reports org.democratic-csi.topology/rack (no fromRegexp rule has that key, nor does type cluster): only nodes labelled by other means can use the volumes
 testdata/check/warnings/connections/self.yaml: warning: csi.endpoint unix:///run/csi/csi.sock is the proxy's own socket: calls would loop back into the proxy
@@ -55,8 +55,9 @@ testdata/check/broken/connections/fine.yaml: ok
 testdata/check/broken/connections/misspelt.yaml: error: csi.endpoint: required for driver: csi; warning: unknown key csi.endpiont (ignored)
 testdata/check/broken/connections/nested-proxy.yaml: error: driver: proxy is only valid in the main config (a connection cannot be another proxy)
 testdata/check/broken/connections/relative-socket.yaml: error: csi.endpoint: "unix://csi.sock": unix endpoint needs an absolute path (unix:///path/to/csi.sock); csi.nodeEndpoint: "nfs-node" is neither unix:///path nor host:port
+testdata/check/broken/connections/typo-topology.yaml: error: proxy.perDriver.topolgy: unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)
 testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath
-checked 11 files: 2 ok, 0 with warnings, 9 with errors
+checked 12 files: 2 ok, 0 with warnings, 10 with errors
 `,
 		},
 		{

@@ -125,8 +125,8 @@ func ParseConnection(file string, data []byte, topo accessible.Options) (*Connec
 	}
 	var raw map[string]any
 	_ = yaml.Unmarshal(data, &raw)
-	warnings := unknownConnectionKeys(file, raw)
-	if err := c.Validate(topo); err != nil {
+	warnings, unknownProxy := unknownConnectionKeys(file, raw)
+	if err := errors.Join(append(unknownProxy, c.Validate(topo))...); err != nil {
 		return nil, warnings, fmt.Errorf("file %s: %w", file, err)
 	}
 	return &c, warnings, nil
@@ -315,9 +315,10 @@ var connectionKeys = map[string][]string{
 }
 
 // unknownConnectionKeys names every key yaml.v3 would silently ignore, with
-// its full path (proxy.perDriver.topology[1].extras).
-func unknownConnectionKeys(file string, raw map[string]any) []string {
-	var out []string
+// its full path (proxy.perDriver.topology[1].extras): those under proxy:
+// as errors (a misspelt topology would make the connection reachable
+// everywhere), the others as warnings.
+func unknownConnectionKeys(file string, raw map[string]any) (warnings []string, errs []error) {
 	// schema is the path in connectionKeys, path the one shown to the user.
 	var walk func(schema, path string, v any)
 	walk = func(schema, path string, v any) {
@@ -345,14 +346,18 @@ func unknownConnectionKeys(file string, raw map[string]any) []string {
 				sub, subPath = schema+"."+k, path+"."+k
 			}
 			if !contains(allowed, k) {
-				out = append(out, fmt.Sprintf("file %s: unknown key %s (ignored)", file, subPath))
+				if subPath == "proxy" || strings.HasPrefix(subPath, "proxy.") {
+					errs = append(errs, fmt.Errorf("%s: %s", subPath, unknownProxyKey))
+				} else {
+					warnings = append(warnings, fmt.Sprintf("file %s: unknown key %s (ignored)", file, subPath))
+				}
 				continue
 			}
 			walk(sub, subPath, m[k])
 		}
 	}
 	walk("", "", raw)
-	return out
+	return warnings, errs
 }
 
 // stringMap returns a decoded YAML mapping with its keys as strings; yaml.v3

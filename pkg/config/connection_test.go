@@ -400,21 +400,6 @@ func TestParseConnectionUnknownKeys(t *testing.T) {
 			want: []string{warn("local-hostpath.basePath")},
 		},
 		{
-			name: "in proxy and perDriver",
-			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  topology: []\n  perDriver:\n    toplogy: []\n",
-			want: []string{warn("proxy.perDriver.toplogy"), warn("proxy.topology")},
-		},
-		{
-			name: "inside a topology entry",
-			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n    - requirements: {zone: z2}\n      extras: {a.b/c: d}\n",
-			want: []string{warn("proxy.perDriver.topology[1].extras")},
-		},
-		{
-			name: "inside nodeId",
-			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    nodeId:\n      templat: x\n",
-			want: []string{warn("proxy.perDriver.nodeId.templat")},
-		},
-		{
 			name: "free-form maps are not checked",
 			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\n  parameters: {anything.at/all: x}\n  secrets: {whatever: y}\nproxy:\n  perDriver:\n    topology:\n    - requirements: {any-key: v}\n      extra: {a.b/c: d}\n",
 		},
@@ -443,6 +428,46 @@ func TestParseConnectionUnknownKeys(t *testing.T) {
 	_, warnings, err := parseConn("drivr: csi\n")
 	if err == nil || len(warnings) != 1 || warnings[0] != warn("drivr") {
 		t.Errorf("got warnings %q, error %v; want the drivr warning and an error", warnings, err)
+	}
+}
+
+// TestParseConnectionUnknownProxyKeys: an unknown key under proxy: fails
+// the file (so the connection fails, not just warns) with the key path;
+// warnings about keys elsewhere still come with it.
+func TestParseConnectionUnknownProxyKeys(t *testing.T) {
+	why := ": unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)"
+	tests := []struct {
+		name      string
+		yml       string
+		want      []string
+		wantWarns []string
+	}{
+		{"in proxy and perDriver", "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  topology: []\n  perDriver:\n    toplogy: []\n",
+			[]string{"proxy.perDriver.toplogy", "proxy.topology"}, nil},
+		{"inside a topology entry", "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n    - requirements: {zone: z2}\n      extras: {a.b/c: d}\n",
+			[]string{"proxy.perDriver.topology[1].extras"}, nil},
+		{"inside nodeId", "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    nodeId:\n      templat: x\n",
+			[]string{"proxy.perDriver.nodeId.templat"}, nil},
+		{"with a warning elsewhere", "driver: csi\ncsi:\n  endpoint: unix:///s\n  timeuot: 1s\nproxy:\n  perdriver: {}\n",
+			[]string{"proxy.perdriver"}, []string{"file " + connFile + ": unknown key csi.timeuot (ignored)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, warnings, err := parseConn(tt.yml)
+			if c != nil {
+				t.Errorf("Connection = %+v, want nil", c)
+			}
+			var lines []string
+			for _, k := range tt.want {
+				lines = append(lines, k+why)
+			}
+			if want := "file " + connFile + ": " + strings.Join(lines, "\n"); err == nil || err.Error() != want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, want)
+			}
+			if diff := cmp.Diff(tt.wantWarns, warnings, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

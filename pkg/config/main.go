@@ -76,18 +76,40 @@ type Proxy struct {
 	// ControllerPublish/Unpublish. Off by default: most storage behind a
 	// proxy needs no attach step, and the CO then skips VolumeAttachments.
 	ControllerPublish bool `koanf:"controllerPublish"`
-	// Capabilities limits what the proxy advertises; an empty list means
-	// every capability the proxy supports.
+	// Capabilities is what the proxy advertises: "auto" (the default, also
+	// when unset) or explicit lists (see Capabilities).
 	Capabilities Capabilities `koanf:"capabilities"`
+	// MaxIDLength refuses a volume or snapshot ID longer than this many
+	// bytes (CreateVolume and CreateSnapshot delete the upstream object
+	// and fail with INVALID_ARGUMENT). 0 (the default) sets no limit of
+	// the proxy's own: longer IDs are returned, with a warning once per
+	// connection and a metric. 128 is the CSI spec's limit.
+	MaxIDLength int `koanf:"maxIdLength"`
 }
 
+// CapabilitiesAuto is the value of proxy.capabilities that advertises what
+// the proxy implements intersected with what the connections' upstreams
+// advertise.
+const CapabilitiesAuto = "auto"
+
 // Capabilities names advertised capabilities, e.g. CREATE_DELETE_SNAPSHOT.
+// Each part left empty is computed as for "auto"; a part given replaces it.
 type Capabilities struct {
-	// Controller lists ControllerServiceCapability RPC types.
+	// Controller lists ControllerServiceCapability RPC types; empty: auto.
 	Controller []string `koanf:"controller"`
-	// Node lists NodeServiceCapability RPC types.
+	// Node lists NodeServiceCapability RPC types; empty: auto.
 	Node []string `koanf:"node"`
+	// VolumeExpansion is the plugin capability: online, offline or none;
+	// empty: auto.
+	VolumeExpansion string `koanf:"volumeExpansion"`
 }
+
+// VolumeExpansion values of proxy.capabilities.volumeExpansion.
+const (
+	ExpansionOnline  = "online"
+	ExpansionOffline = "offline"
+	ExpansionNone    = "none"
+)
 
 // LocalHostpath configures the built-in driver, in the main config
 // (driver: local-hostpath) or in a connection file.
@@ -136,13 +158,27 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := capabilitiesValue(k); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	// An unknown key under proxy: is an error: a misspelt key there
+	// silently changes what the proxy does (where volumes may go, what it
+	// advertises). Elsewhere it is only warned about.
 	var warnings []string
+	var proxyErrs []error
 	for _, key := range k.Keys() {
 		if _, ok := known[key]; !ok && !underLeaf(key, known) {
+			if strings.HasPrefix(key, "proxy.") {
+				proxyErrs = append(proxyErrs, fmt.Errorf("%s: %s", key, unknownProxyKey))
+				continue
+			}
 			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %s (ignored)", name, key))
 		}
 	}
-	warnings = append(warnings, unknownRuleKeys(name, k)...)
+	proxyErrs = append(proxyErrs, unknownRuleKeys(k)...)
+	if len(proxyErrs) > 0 {
+		return nil, fmt.Errorf("config %s: %w", name, errors.Join(proxyErrs...))
+	}
 	if err := checkWholeNumbers(k, known); err != nil {
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
@@ -203,6 +239,14 @@ func (l *Loaded) validate(fromEnv map[string]string) error {
 		}
 		if l.Proxy.MaxVolumesPerNode < 0 {
 			add("proxy.maxVolumesPerNode", "%d is negative", l.Proxy.MaxVolumesPerNode)
+		}
+		if n := l.Proxy.MaxIDLength; n != 0 && n < ids.MinMaxLength {
+			add("proxy.maxIdLength", "%d is too small (0: no limit of the proxy's own; otherwise at least %d, e.g. 128, the CSI limit)", n, ids.MinMaxLength)
+		}
+		switch e := l.Proxy.Capabilities.VolumeExpansion; e {
+		case "", ExpansionOnline, ExpansionOffline, ExpansionNone:
+		default:
+			add("proxy.capabilities.volumeExpansion", "%q is not one of online, offline, none (or leave it out: auto)", e)
 		}
 		ev, err := nodetopology.Compile(l.Proxy.NodeTopology)
 		if err != nil {
@@ -349,15 +393,35 @@ func underLeaf(key string, known map[string]reflect.Type) bool {
 	return false
 }
 
-// unknownRuleKeys warns about misspelt keys inside fromRegexp rules, which
-// koanf keeps as a raw list.
-func unknownRuleKeys(name string, k *koanf.Koanf) []string {
+// unknownProxyKey is the reason given for an unknown key under proxy:, in
+// the main config and in connection files.
+const unknownProxyKey = "unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)"
+
+// capabilitiesValue turns proxy.capabilities: auto (a string) into the
+// empty section that means auto, so it decodes into Capabilities; any other
+// string is an error naming the key.
+func capabilitiesValue(k *koanf.Koanf) error {
+	const key = "proxy.capabilities"
+	s, ok := k.Get(key).(string)
+	if !ok {
+		return nil
+	}
+	if s != CapabilitiesAuto && s != "" {
+		return fmt.Errorf("%s: %q: want %s, or a section with controller, node and volumeExpansion", key, s, CapabilitiesAuto)
+	}
+	k.Delete(key)
+	return nil
+}
+
+// unknownRuleKeys finds misspelt keys inside fromRegexp rules, which koanf
+// keeps as a raw list.
+func unknownRuleKeys(k *koanf.Koanf) []error {
 	rules, ok := k.Get("proxy.nodeTopology.fromRegexp").([]any)
 	if !ok {
 		return nil
 	}
 	known := knownKeys(reflect.TypeOf(nodetopology.Rule{}), "")
-	var out []string
+	var out []error
 	for i, r := range rules {
 		m, ok := r.(map[string]any)
 		if !ok {
@@ -370,7 +434,7 @@ func unknownRuleKeys(name string, k *koanf.Koanf) []string {
 		sort.Strings(keys)
 		for _, key := range keys {
 			if _, ok := known[key]; !ok {
-				out = append(out, fmt.Sprintf("config %s: unknown key proxy.nodeTopology.fromRegexp[%d].%s (ignored)", name, i, key))
+				out = append(out, fmt.Errorf("proxy.nodeTopology.fromRegexp[%d].%s: %s", i, key, unknownProxyKey))
 			}
 		}
 	}

@@ -364,24 +364,18 @@ func TestLoadMainUnknownKeys(t *testing.T) {
 			want: []string{warn("drivr")},
 		},
 		{
-			name: "nested, wrong case",
-			yml:  minimal + "  configfolder: /y\n",
-			want: []string{warn("proxy.configfolder")},
-		},
-		{
 			name: "unknown section with nested keys names each leaf",
 			yml:  minimal + "metrics:\n  http:\n    port: 9000\n",
 			want: []string{warn("metrics.http.port")},
 		},
 		{
-			name: "inside a fromRegexp rule",
-			yml:  minimal + "  nodeTopology:\n    fromRegexp:\n    - topologyKey: zone\n      source: nodeName\n    - topologyKey: region\n      source: env\n      envName: REGION\n      regexp: \"(.*)\"\n      templte: x\n",
-			want: []string{warn("proxy.nodeTopology.fromRegexp[1].regexp"), warn("proxy.nodeTopology.fromRegexp[1].templte")},
+			name: "outside proxy: sorted by key",
+			yml:  "zzz: 1\n" + minimal + "local-hostpath:\n  basePath: /x\n",
+			want: []string{warn("local-hostpath.basePath"), warn("zzz")},
 		},
 		{
-			name: "top level, nested and rule together, sorted by key then rule",
-			yml:  "zzz: 1\n" + minimal + "  aaa: 2\n  nodeTopology:\n    fromRegexp:\n    - topologyKey: zone\n      source: nodeName\n      bogus: 1\n",
-			want: []string{warn("proxy.aaa"), warn("zzz"), warn("proxy.nodeTopology.fromRegexp[0].bogus")},
+			name: "capabilities: auto is a known value",
+			yml:  minimal + "  capabilities: auto\n  maxIdLength: 128\n",
 		},
 		{
 			name: "empty sections are known keys",
@@ -408,6 +402,80 @@ func TestLoadMainUnknownKeys(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, l.Warnings, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLoadMainUnknownProxyKeys: an unknown key under proxy: is an error
+// naming the key path, in the file and in every fromRegexp rule; the
+// config does not load.
+func TestLoadMainUnknownProxyKeys(t *testing.T) {
+	why := ": unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)"
+	tests := []struct {
+		name string
+		yml  string
+		want []string
+	}{
+		{"nested, wrong case", minimal + "  configfolder: /y\n", []string{"proxy.configfolder"}},
+		{"misspelt section", minimal + "  nodeTopolgy:\n    type: zone\n", []string{"proxy.nodeTopolgy.type"}},
+		{"inside nodeTopology", minimal + "  nodeTopology:\n    typ: zone\n", []string{"proxy.nodeTopology.typ"}},
+		{"inside capabilities", minimal + "  capabilities:\n    controler: [GET_CAPACITY]\n", []string{"proxy.capabilities.controler"}},
+		{
+			"inside a fromRegexp rule",
+			minimal + "  nodeTopology:\n    fromRegexp:\n    - topologyKey: zone\n      source: nodeName\n    - topologyKey: region\n      source: env\n      envName: REGION\n      regexp: \"(.*)\"\n      templte: x\n",
+			[]string{"proxy.nodeTopology.fromRegexp[1].regexp", "proxy.nodeTopology.fromRegexp[1].templte"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadMain(tt.yml)
+			if err == nil {
+				t.Fatal("an unknown key under proxy: must be an error")
+			}
+			var lines []string
+			for _, k := range tt.want {
+				lines = append(lines, k+why)
+			}
+			if want := "config " + testFile + ": " + strings.Join(lines, "\n"); err.Error() != want {
+				t.Errorf("error:\n%s\nwant:\n%s", err, want)
+			}
+		})
+	}
+}
+
+// TestLoadMainCapabilitiesAndIDLength: proxy.capabilities is auto or a
+// section; proxy.maxIdLength is 0 or a usable limit.
+func TestLoadMainCapabilitiesAndIDLength(t *testing.T) {
+	for _, tt := range []struct {
+		name, yml, wantErr string
+		want              Capabilities
+		wantMax           int
+	}{
+		{name: "unset", yml: minimal},
+		{name: "auto", yml: minimal + "  capabilities: auto\n"},
+		{name: "lists", yml: minimal + "  capabilities:\n    controller: [CREATE_DELETE_VOLUME]\n    volumeExpansion: offline\n  maxIdLength: 128\n",
+			want: Capabilities{Controller: []string{"CREATE_DELETE_VOLUME"}, VolumeExpansion: "offline"}, wantMax: 128},
+		{name: "other string", yml: minimal + "  capabilities: all\n", wantErr: `proxy.capabilities: "all": want auto, or a section with controller, node and volumeExpansion`},
+		{name: "bad expansion", yml: minimal + "  capabilities:\n    volumeExpansion: yes please\n", wantErr: `proxy.capabilities.volumeExpansion: "yes please" is not one of online, offline, none (or leave it out: auto)`},
+		{name: "tiny limit", yml: minimal + "  maxIdLength: 5\n", wantErr: "proxy.maxIdLength: 5 is too small (0: no limit of the proxy's own; otherwise at least 16, e.g. 128, the CSI limit)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := loadMain(tt.yml)
+			if tt.wantErr != "" {
+				if want := "config " + testFile + ": " + tt.wantErr; err == nil || err.Error() != want {
+					t.Fatalf("error:\n%v\nwant:\n%s", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, l.Proxy.Capabilities, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Capabilities (-want +got):\n%s", diff)
+			}
+			if l.Proxy.MaxIDLength != tt.wantMax {
+				t.Errorf("MaxIDLength = %d, want %d", l.Proxy.MaxIDLength, tt.wantMax)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
+	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())
 	if err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, err)
 	}

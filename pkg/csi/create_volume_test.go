@@ -250,12 +250,14 @@ func TestCreateVolumeUpstreamIDs(t *testing.T) {
 		wantCode   codes.Code
 		wantMsg    []string
 		wantDelete string // handle the proxy must delete upstream
+		noLimit    bool   // proxy.maxIdLength unset (the rest set it to 128)
 	}{
 		{name: "exactly 128 bytes", resp: &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: fits}}, wantID: "v:a/" + fits},
+		{name: "129 bytes without proxy.maxIdLength", resp: &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: long}}, noLimit: true, wantID: "v:a/" + long},
 		{
 			name: "too long is rolled back", resp: &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: long}},
 			wantCode: codes.InvalidArgument, wantDelete: long,
-			wantMsg: []string{"129 bytes", `connection name "a" is 1 bytes`, "upstream handle is 125 bytes", "was deleted"},
+			wantMsg: []string{"129 bytes", "over proxy.maxIdLength 128", `connection name "a" is 1 bytes`, "upstream handle is 125 bytes", "was deleted"},
 		},
 		{
 			name: "too long and the rollback fails", resp: &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: long}},
@@ -279,7 +281,11 @@ func TestCreateVolumeUpstreamIDs(t *testing.T) {
 			if tt.deleteErr != nil {
 				f.setErr("DeleteVolume", tt.deleteErr)
 			}
-			p := startProxy(t)
+			limit := withMaxIDLength(128)
+			if tt.noLimit {
+				limit = withMaxIDLength(0)
+			}
+			p := startProxy(t, limit)
 			p.add(t, "a", conn{Endpoint: f.Endpoint, Secrets: map[string]string{"token": "s3cr3t-conn"}})
 			req := createReq("pvc-1", map[string]string{"connection": "a"})
 			req.Secrets = map[string]string{"user": "admin"}

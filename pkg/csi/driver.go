@@ -96,6 +96,13 @@ type Options struct {
 	// Capabilities are advertised; zero means everything supported
 	// except controller publishing (see ResolveCapabilities).
 	Capabilities Capabilities
+	// MaxIDLength refuses IDs longer than this (proxy.maxIdLength); 0
+	// returns them, warning once per connection (see encodeID).
+	MaxIDLength int
+	// OnLongID, if set, is told about every ID returned over the CSI
+	// limit of 128 bytes (kind is "volume" or "snapshot"); the metrics
+	// count them with it.
+	OnLongID func(connection, kind string)
 	// Log receives driver messages; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -110,6 +117,8 @@ type Driver struct {
 	caps  Capabilities
 	log   *slog.Logger
 	ready atomic.Bool
+
+	longIDs longIDs
 }
 
 // New returns a driver; it reports ready to Probe once SetReady is called.

@@ -69,7 +69,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 			}
 			out := resp.GetEntries()[:0]
 			for _, h := range resp.GetEntries() {
-				id, err := ids.Encode(ids.Volume, c.Name, h.GetVolumeId())
+				id, err := d.encodeID(ctx, ids.Volume, c, h.GetVolumeId())
 				if err != nil {
 					d.log.WarnContext(ctx, "listing volume health: upstream volume cannot get a proxy id; left out", "connection", c.Name, "error", err)
 					continue

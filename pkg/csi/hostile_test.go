@@ -121,8 +121,8 @@ func TestHostileIDs(t *testing.T) {
 		code, tolerantCode codes.Code
 		msg                string
 	}{
-		{name: "10 KiB handle", handle: strings.Repeat("h", 10<<10), code: codes.NotFound, msg: "over the CSI limit of 128"},
-		{name: "129 bytes", handle: strings.Repeat("h", 125), code: codes.NotFound, msg: "129 bytes, over the CSI limit of 128"},
+		{name: "10 KiB handle", handle: strings.Repeat("h", 10<<10), code: codes.NotFound, msg: "longer than any the proxy makes"},
+		{name: "handle one byte over MaxHandle", handle: strings.Repeat("h", ids.MaxHandle+1), code: codes.NotFound, msg: "1025 bytes, longer than any the proxy makes (1024)"},
 		{name: "unknown connection", conn: "nope", handle: "h-1", code: codes.FailedPrecondition, tolerantCode: codes.FailedPrecondition, msg: `connection "nope" has no file`},
 		{name: "unknown connection, 63 bytes", conn: strings.Repeat("n", 63), handle: "h", code: codes.FailedPrecondition, tolerantCode: codes.FailedPrecondition, msg: "has no file"},
 	}

@@ -212,7 +212,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()
-				id, err := ids.Encode(ids.Volume, c.Name, vol.GetVolumeId())
+				id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())
 				if err != nil {
 					d.log.WarnContext(ctx, "listing: upstream volume cannot get a proxy id; left out", "connection", c.Name, "error", err)
 					continue

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
 // errUnavailable is a storage system that is down.
@@ -339,9 +340,10 @@ func TestListVolumesSharedEndpoint(t *testing.T) {
 
 // TestListVolumesEntries: published node ids go back through the node id
 // template, content sources get proxy IDs, and a volume whose proxy ID
-// would be too long is left out (logged) rather than returned broken.
+// could not be parsed back (a handle over ids.MaxHandle) is left out
+// (logged) rather than returned broken.
 func TestListVolumesEntries(t *testing.T) {
-	long := strings.Repeat("h", 130)
+	long := strings.Repeat("h", ids.MaxHandle+1)
 	f := newFakeUpstream(t, withControllerCaps(listCaps...), withVolumeEntries(
 		&csi.ListVolumesResponse_Entry{
 			Volume: &csi.Volume{VolumeId: "vol-1", AccessibleTopology: upstreamTopology,

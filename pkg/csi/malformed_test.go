@@ -23,7 +23,7 @@ func TestMalformedUpstreamResponses(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "a"}))
-		wantCode(t, err, codes.InvalidArgument, "volume id would be 10244 bytes", "upstream handle is 10240 bytes", "was deleted")
+		wantCode(t, err, codes.InvalidArgument, "upstream volume handle is 10240 bytes, over the 1024 the proxy accepts back", "was deleted")
 		wantShort(t, err)
 		if got := only[*csi.DeleteVolumeRequest](t, f, "DeleteVolume").GetVolumeId(); got != huge {
 			t.Errorf("rollback deleted %.20q…, want the 10 KiB handle", got)
@@ -35,7 +35,7 @@ func TestMalformedUpstreamResponses(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Controller.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: "v:a/vol-1"})
-		wantCode(t, err, codes.InvalidArgument, "snapshot id would be 10244 bytes", "was deleted")
+		wantCode(t, err, codes.InvalidArgument, "upstream snapshot handle is 10240 bytes", "was deleted")
 		wantShort(t, err)
 		if got := only[*csi.DeleteSnapshotRequest](t, f, "DeleteSnapshot").GetSnapshotId(); got != huge {
 			t.Errorf("rollback deleted %.20q…, want the 10 KiB handle", got)
@@ -73,7 +73,7 @@ func TestRollbackOutlivesCaller(t *testing.T) {
 	long := strings.Repeat("x", 125)
 	f.setResponse("CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: long}})
 	f.setDelay("DeleteVolume", 600*time.Millisecond)
-	p := startProxy(t)
+	p := startProxy(t, withMaxIDLength(128))
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	ctx, cancel := context.WithTimeout(callCtx(t), 300*time.Millisecond)
 	defer cancel()

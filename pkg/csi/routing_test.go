@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
 // routedCall is one RPC that routes by a volume or snapshot ID, with every
@@ -234,7 +235,7 @@ func TestCreateSnapshotUpstreamIDs(t *testing.T) {
 		{
 			name: "too long is rolled back", resp: &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: long, ReadyToUse: true}},
 			wantCode: codes.InvalidArgument, wantDelete: true,
-			wantMsg: []string{"snapshot id would be 129 bytes", "upstream handle is 125 bytes", "was deleted"},
+			wantMsg: []string{"snapshot id would be 129 bytes", "over proxy.maxIdLength 128", "upstream handle is 125 bytes", "was deleted"},
 		},
 		{name: "empty id", resp: &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{}}, wantCode: codes.Internal, wantMsg: []string{"no snapshot id"}},
 		{name: "no snapshot", resp: &csi.CreateSnapshotResponse{}, wantCode: codes.Internal, wantMsg: []string{"no snapshot id"}},
@@ -243,7 +244,7 @@ func TestCreateSnapshotUpstreamIDs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeUpstream(t)
 			f.setResponse("CreateSnapshot", tt.resp)
-			p := startProxy(t)
+			p := startProxy(t, withMaxIDLength(128))
 			p.add(t, "a", conn{Endpoint: f.Endpoint, Secrets: map[string]string{"k": "s3cr3t-conn"}})
 			_, err := p.Controller.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap1", SourceVolumeId: "v:a/vol-1"})
 			wantCode(t, err, tt.wantCode, tt.wantMsg...)
@@ -267,7 +268,7 @@ func TestMalformedIDs(t *testing.T) {
 		"empty handle":         "v:a/",
 		"invalid connection":   "v:.a/vol-1",
 		"path in connection":   "v:../vol-1",
-		"over 128 bytes":       "v:a/" + strings.Repeat("x", 125),
+		"longer than any made": "v:a/" + strings.Repeat("x", ids.MaxParsed),
 		"wrong kind":           "x:a/vol-1",
 		"volume/snapshot kind": "SWAP",
 	}

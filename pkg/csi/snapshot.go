@@ -37,7 +37,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if snap.GetSnapshotId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateSnapshot returned no snapshot id; nothing to hand back or clean up", c.Name)
 	}
-	id, err := ids.Encode(ids.Snapshot, c.Name, snap.GetSnapshotId())
+	id, err := d.encodeID(ctx, ids.Snapshot, c, snap.GetSnapshotId())
 	if err != nil {
 		return nil, d.rollback(ctx, c, err, func(ctx context.Context) error {
 			_, err := forward(ctx, c, c.Controller, "DeleteSnapshot",
@@ -99,7 +99,7 @@ func (d *Driver) wrapSnapshot(ctx context.Context, c *connection.Connection, s *
 	if s == nil {
 		return false
 	}
-	id, err := ids.Encode(ids.Snapshot, c.Name, s.GetSnapshotId())
+	id, err := d.encodeID(ctx, ids.Snapshot, c, s.GetSnapshotId())
 	if err != nil {
 		d.log.WarnContext(ctx, "upstream snapshot cannot get a proxy id; left out", "connection", c.Name, "error", err)
 		return false

@@ -6,6 +6,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
 // TestControllerModifyVolume: mutable_parameters are forwarded by volume
@@ -110,9 +112,9 @@ func TestGetSnapshot(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, `connection "c"`, "GetSnapshot")
 
 	// An upstream answering a snapshot whose id cannot become a proxy id
-	// (over the CSI limit of 128 bytes once wrapped) is an error: its raw
+	// (a handle longer than the proxy parses back) is an error: its raw
 	// id must never reach the CO.
-	f.setResponse("GetSnapshot", &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: strings.Repeat("x", 125)}})
+	f.setResponse("GetSnapshot", &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: strings.Repeat("x", ids.MaxHandle+1)}})
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "s:b/snap-1"})
 	wantCode(t, err, codes.Internal, `connection "b"`, "cannot be made a proxy id")
 }

@@ -9,8 +9,24 @@ import (
 )
 
 // MaxLength is the CSI limit for string fields such as volume_id (spec:
-// "SHALL NOT exceed 128 bytes").
+// "SHALL NOT exceed 128 bytes"). The proxy enforces it only when
+// proxy.maxIdLength says so: real upstreams use most of it for their own
+// handles, and Kubernetes stores longer volume and snapshot handles.
 const MaxLength = 128
+
+// MaxHandle is the longest upstream handle an ID may carry, and so, with
+// the connection name, bounds what Parse accepts: far beyond any real
+// driver's handle, it keeps a hostile ID from costing more than a few
+// hundred bytes of work.
+const MaxHandle = 1024
+
+// MaxParsed is the longest ID Parse accepts: "<kind>:", the longest
+// connection name, "/" and the longest handle.
+const MaxParsed = 3 + MaxConnectionName + MaxHandle
+
+// MinMaxLength is the smallest limit Encode may be given: room for the
+// prefix, a one-byte name, the separator and a few bytes of handle.
+const MinMaxLength = 16
 
 // MaxConnectionName is the longest accepted connection name. It keeps names
 // usable as Kubernetes label values and leaves room for the upstream handle.
@@ -34,7 +50,8 @@ func (k Kind) String() string {
 // ErrMalformed marks an ID that was not made by the proxy.
 var ErrMalformed = errors.New("malformed id")
 
-// ErrTooLong marks an ID over MaxLength.
+// ErrTooLong marks an ID over the limit Encode was given, or a handle over
+// MaxHandle.
 var ErrTooLong = errors.New("id too long")
 
 // ID is a parsed proxy ID.
@@ -49,17 +66,22 @@ func (id ID) String() string {
 	return string(id.Kind) + ":" + id.Connection + "/" + id.Handle
 }
 
-// Encode renders the ID and checks the CSI length limit. The error says how
-// long the connection name and the handle are, so an admin knows which to
-// shorten.
-func Encode(kind Kind, connection, handle string) (string, error) {
+// Encode renders the ID. max is the longest ID allowed (proxy.maxIdLength);
+// 0 allows any ID whose handle is at most MaxHandle bytes. The error says
+// how long the connection name and the handle are, so an admin knows which
+// to shorten.
+func Encode(kind Kind, connection, handle string, max int) (string, error) {
 	if handle == "" {
 		return "", fmt.Errorf("%w: upstream returned an empty %s id", ErrMalformed, kind)
 	}
 	s := ID{Kind: kind, Connection: connection, Handle: handle}.String()
-	if len(s) > MaxLength {
-		return "", fmt.Errorf("%w: %s id would be %d bytes, over the CSI limit of %d (connection name %q is %d bytes, upstream handle is %d bytes; prefix and separators take 3)",
-			ErrTooLong, kind, len(s), MaxLength, connection, len(connection), len(handle))
+	if max > 0 && len(s) > max {
+		return "", fmt.Errorf("%w: %s id would be %d bytes, over proxy.maxIdLength %d (connection name %q is %d bytes, upstream handle is %d bytes; prefix and separators take 3)",
+			ErrTooLong, kind, len(s), max, connection, len(connection), len(handle))
+	}
+	if len(handle) > MaxHandle {
+		return "", fmt.Errorf("%w: upstream %s handle is %d bytes, over the %d the proxy accepts back (connection name %q)",
+			ErrTooLong, kind, len(handle), MaxHandle, connection)
 	}
 	return s, nil
 }
@@ -68,8 +90,8 @@ func Encode(kind Kind, connection, handle string) (string, error) {
 // made (wrong kind, no separator, invalid connection name, empty handle)
 // returns ErrMalformed.
 func Parse(kind Kind, s string) (ID, error) {
-	if len(s) > MaxLength {
-		return ID{}, fmt.Errorf("%w: %s id is %d bytes, over the CSI limit of %d", ErrMalformed, kind, len(s), MaxLength)
+	if len(s) > MaxParsed {
+		return ID{}, fmt.Errorf("%w: %s id is %d bytes, longer than any the proxy makes (%d)", ErrMalformed, kind, len(s), MaxParsed)
 	}
 	if len(s) < 2 || s[0] != byte(kind) || s[1] != ':' {
 		return ID{}, fmt.Errorf("%w: %s id %q does not start with %q", ErrMalformed, kind, s, string(kind)+":")
@@ -83,6 +105,9 @@ func Parse(kind Kind, s string) (ID, error) {
 	}
 	if handle == "" {
 		return ID{}, fmt.Errorf("%w: %s id %q has an empty handle", ErrMalformed, kind, s)
+	}
+	if len(handle) > MaxHandle {
+		return ID{}, fmt.Errorf("%w: %s id's handle is %d bytes, longer than any the proxy makes (%d)", ErrMalformed, kind, len(handle), MaxHandle)
 	}
 	return ID{Kind: kind, Connection: conn, Handle: handle}, nil
 }

@@ -75,3 +75,19 @@ func BenchmarkAdmits(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompiledDecideOneTerm is the common CreateVolume: a strict
+// WaitForFirstConsumer claim (one requisite term, the same preferred) on a
+// connection that offers two zones.
+func BenchmarkCompiledDecideOneTerm(b *testing.B) {
+	term := topo(pk("zone"), "z01", pk("node"), "n001")
+	c := Compile(benchEntries("z")[:2], zoneOpts)
+	requisite, preferred := []*csi.Topology{term}, []*csi.Topology{term}
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := c.Decide("c1", requisite, preferred)
+		if got := d.Topologies(); err != nil || len(got) != 1 {
+			b.Fatalf("Decide = %d topologies, %v", len(got), err)
+		}
+	}
+}

@@ -315,10 +315,16 @@ func Pinned(key, value string) Decision {
 }
 
 // decision keeps the first of each set of equal topologies in order; a
-// topology without labels makes the volume reachable everywhere.
+// topology without labels makes the volume reachable everywhere. It
+// reuses list's array. Short lists (a CreateVolume's one or two picks) are
+// compared pairwise, which allocates nothing; long ones (one term per node
+// of a large cluster) through a set of canonical strings.
 func decision(list []map[string]string) Decision {
-	var kept []map[string]string
-	seen := map[string]bool{}
+	kept := list[:0]
+	var seen map[string]bool
+	if len(list) > dedupePairwise {
+		seen = make(map[string]bool, len(list))
+	}
 	for _, t := range list {
 		if len(t) == 0 {
 			// A volume reachable from any one of its topologies is
@@ -327,13 +333,22 @@ func decision(list []map[string]string) Decision {
 			// builds node affinity, silently narrowing it to the others.
 			return Decision{}
 		}
-		if k := canonical(t); !seen[k] {
+		if seen != nil {
+			k := canonical(t)
+			if seen[k] {
+				continue
+			}
 			seen[k] = true
-			kept = append(kept, t)
+		} else if slices.ContainsFunc(kept, func(k map[string]string) bool { return maps.Equal(k, t) }) {
+			continue
 		}
+		kept = append(kept, t)
 	}
 	return Decision{topologies: kept}
 }
+
+// dedupePairwise is the longest list decision compares pairwise.
+const dedupePairwise = 8
 
 // canonical is a topology as a string with its keys sorted; equal
 // topologies give equal strings.

@@ -50,9 +50,12 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
+	if err := d.checkNotWidened(c, vol.GetAccessibleTopology()); err != nil {
+		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, widenCode, err)
+	}
 	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())
 	if err != nil {
-		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, err)
+		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, codes.InvalidArgument, err)
 	}
 	vol.VolumeId = id
 	vol.AccessibleTopology = decision.Topologies()
@@ -62,9 +65,10 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	return resp, nil
 }
 
-// deleteCreated rolls back an upstream volume the proxy cannot hand back.
-func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, volumeID string, secrets map[string]string, cause error) error {
-	return d.rollback(ctx, c, cause, func(ctx context.Context) error {
+// deleteCreated rolls back an upstream volume the proxy cannot hand back;
+// code is the status when the clean-up worked.
+func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, volumeID string, secrets map[string]string, code codes.Code, cause error) error {
+	return d.rollback(ctx, c, code, cause, func(ctx context.Context) error {
 		_, err := forward(ctx, c, c.Controller, "DeleteVolume",
 			&csi.DeleteVolumeRequest{VolumeId: volumeID, Secrets: secrets}, c.Controller.Controller.DeleteVolume)
 		return err
@@ -72,8 +76,9 @@ func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, vo
 }
 
 // rollback deletes an object the proxy created but cannot return, and says
-// in the error whether that clean-up worked.
-func (d *Driver) rollback(ctx context.Context, c *connection.Connection, cause error, undo func(context.Context) error) error {
+// in the error whether that clean-up worked: code (the reason the object
+// was refused) when it did, INTERNAL when it did not.
+func (d *Driver) rollback(ctx context.Context, c *connection.Connection, code codes.Code, cause error, undo func(context.Context) error) error {
 	// The caller's deadline may be what made us give up; the clean-up gets
 	// its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.RollbackTimeout)
@@ -83,7 +88,7 @@ func (d *Driver) rollback(ctx context.Context, c *connection.Connection, cause e
 			"connection", c.Name, "error", err)
 		return status.Errorf(codes.Internal, "connection %q: %v; deleting the upstream object also failed: %v", c.Name, cause, err)
 	}
-	return status.Errorf(codes.InvalidArgument, "connection %q: %v; the upstream object was deleted", c.Name, cause)
+	return status.Errorf(code, "connection %q: %v; the upstream object was deleted", c.Name, cause)
 }
 
 // unwrapSource turns a clone/restore source's proxy ID into the upstream's,

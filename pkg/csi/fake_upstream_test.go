@@ -315,12 +315,14 @@ func nodeCapsResponse(types []csi.NodeServiceCapability_RPC_Type) *csi.NodeGetCa
 // must never pass these keys to the CO.
 var upstreamTopology = []*csi.Topology{{Segments: map[string]string{"upstream.example.com/rack": "r7"}}}
 
+// CreateVolume answers no accessible_topology: an upstream that answers
+// one is refused for a connection without topology (widen_test.go), so
+// tests that want it set it with setResponse.
 func (f *fakeUpstream) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:           "vol-" + req.GetName(),
-		CapacityBytes:      req.GetCapacityRange().GetRequiredBytes(),
-		VolumeContext:      map[string]string{"from": "upstream"},
-		AccessibleTopology: upstreamTopology,
+		VolumeId:      "vol-" + req.GetName(),
+		CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
+		VolumeContext: map[string]string{"from": "upstream"},
 	}}, nil
 }
 

@@ -39,7 +39,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	id, err := d.encodeID(ctx, ids.Snapshot, c, snap.GetSnapshotId())
 	if err != nil {
-		return nil, d.rollback(ctx, c, err, func(ctx context.Context) error {
+		return nil, d.rollback(ctx, c, codes.InvalidArgument, err, func(ctx context.Context) error {
 			_, err := forward(ctx, c, c.Controller, "DeleteSnapshot",
 				&csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId(), Secrets: out.Secrets}, c.Controller.Controller.DeleteSnapshot)
 			return err

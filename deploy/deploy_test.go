@@ -35,11 +35,14 @@ const dir = "kubernetes"
 // or duplicated field is an error, as `kubectl apply` with server-side
 // field validation would make it.
 type manifests struct {
-	files     []string
-	byKind    map[string][]runtime.Object
-	driver    *storagev1.CSIDriver
-	config    *corev1.ConfigMap
-	secret    *corev1.Secret
+	files  []string
+	byKind map[string][]runtime.Object
+	driver *storagev1.CSIDriver
+	config *corev1.ConfigMap
+	// secret is the name of the connections Secret, which the pods
+	// mount but deploy/kubernetes does not ship.
+	secret    string
+	ns        *corev1.Namespace
 	ctrl      *appsv1.Deployment
 	node      *appsv1.DaemonSet
 	classes   []*storagev1.StorageClass
@@ -88,7 +91,7 @@ func load(t *testing.T) *manifests {
 			case *corev1.ConfigMap:
 				m.config = o
 			case *corev1.Secret:
-				m.secret = o
+				t.Fatalf("%s: deploy/kubernetes ships Secret %s: re-applying the manifests would overwrite the user's", path, o.Name)
 			case *appsv1.Deployment:
 				m.ctrl = o
 			case *appsv1.DaemonSet:
@@ -96,7 +99,7 @@ func load(t *testing.T) *manifests {
 			case *storagev1.StorageClass:
 				m.classes = append(m.classes, o)
 			case *corev1.Namespace:
-				m.namespace = o.Name
+				m.namespace, m.ns = o.Name, o
 			case *rbacv1.ClusterRole:
 				m.roles["ClusterRole/"+o.Name] = o.Rules
 			case *rbacv1.Role:
@@ -108,8 +111,16 @@ func load(t *testing.T) *manifests {
 			}
 		}
 	}
-	if m.driver == nil || m.config == nil || m.secret == nil || m.ctrl == nil || m.node == nil || m.namespace == "" {
-		t.Fatalf("deploy/kubernetes lacks one of Namespace, CSIDriver, ConfigMap, Secret, Deployment, DaemonSet: %v", keys(m.byKind))
+	if m.driver == nil || m.config == nil || m.ctrl == nil || m.node == nil || m.namespace == "" {
+		t.Fatalf("deploy/kubernetes lacks one of Namespace, CSIDriver, ConfigMap, Deployment, DaemonSet: %v", keys(m.byKind))
+	}
+	for _, v := range m.ctrl.Spec.Template.Spec.Volumes {
+		if v.Name == "connections" && v.Secret != nil {
+			m.secret = v.Secret.SecretName
+		}
+	}
+	if m.secret == "" {
+		t.Fatal("the controller mounts no connections Secret")
 	}
 	return m
 }
@@ -327,7 +338,7 @@ func TestConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("controller config: %v", err)
 	}
-	if want := m.namespace + "/" + m.secret.Name; l.Proxy.ConfigSecret != want || l.Proxy.ConfigFolder != "" {
+	if want := m.namespace + "/" + m.secret; l.Proxy.ConfigSecret != want || l.Proxy.ConfigFolder != "" {
 		t.Errorf("controller reads connections from secret %q / folder %q, want secret %q", l.Proxy.ConfigSecret, l.Proxy.ConfigFolder, want)
 	}
 }
@@ -337,7 +348,7 @@ func TestRBACScope(t *testing.T) {
 	m := load(t)
 	want := map[string][]rbacv1.PolicyRule{
 		"ClusterRole/proxy-topology-node-labels": {{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}},
-		"Role/proxy-topology-connections":        {{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{m.secret.Name}, Verbs: []string{"get", "list", "watch"}}},
+		"Role/proxy-topology-connections":        {{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{m.secret}, Verbs: []string{"get", "list", "watch"}}},
 	}
 	for role, rules := range want {
 		if diff := cmp.Diff(rules, m.roles[role]); diff != "" {

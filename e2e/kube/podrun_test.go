@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -44,6 +45,16 @@ func newPodRun(t *testing.T, c *cluster, pod *corev1.Pod) *podRun {
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			// The host's directory itself, at the same path as in the
+			// container (local-hostpath base paths are read from the
+			// connection files, not rewritten like args).
+			if _, err := os.Stat(v.HostPath.Path); err != nil {
+				t.Fatalf("pod %s: hostPath volume %s: %v", pod.Name, v.Name, err)
+			}
+			r.volumes[v.Name] = v.HostPath.Path
+			continue
+		}
 		dir := filepath.Join(root, v.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -61,10 +72,14 @@ func newPodRun(t *testing.T, c *cluster, pod *corev1.Pod) *podRun {
 			}
 		case v.Secret != nil:
 			sec, err := c.client.CoreV1().Secrets(pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
-			if err != nil {
+			switch {
+			case apierrors.IsNotFound(err) && v.Secret.Optional != nil && *v.Secret.Optional:
+				// kubelet mounts an empty directory.
+			case err != nil:
 				t.Fatalf("pod %s volume %s: %v", pod.Name, v.Name, err)
+			default:
+				files = sec.Data
 			}
-			files = sec.Data
 		case v.Projected != nil && strings.HasPrefix(v.Name, "kube-api-access-"):
 			// The ServiceAccount token volume: replaced by --kubeconfig.
 		default:

@@ -28,15 +28,12 @@ func TestControllerConnectionsSecret(t *testing.T) {
 	c := deployed(t)
 	ctx := context.Background()
 	secrets := c.client.CoreV1().Secrets(Namespace)
-	// Start from the deployed, empty Secret.
-	sec, err := secrets.Get(ctx, "connections", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec.Data = nil
-	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Start from an empty Secret (deploy/kubernetes ships none).
+	editConnections(t, c, func(data map[string][]byte) {
+		for k := range data {
+			delete(data, k)
+		}
+	})
 
 	env := containerEnv(t, "proxy-topology-controller", "proxy-topology")
 	if !contains(env, "PROXY_TOPOLOGY_SET_PROXY__CONFIGSECRET="+Namespace+"/connections") {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -97,19 +98,11 @@ func startStack(t *testing.T) *stack {
 	}
 
 	// The user's part: connections in the Secret.
-	sec, err := c.client.CoreV1().Secrets(Namespace).Get(ctx, "connections", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sec.Data == nil {
-		sec.Data = map[string][]byte{}
-	}
-	for name, tmpl := range stackConnections {
-		sec.Data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
-	}
-	if _, err := c.client.CoreV1().Secrets(Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	editConnections(t, c, func(data map[string][]byte) {
+		for name, tmpl := range stackConnections {
+			data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
+		}
+	})
 
 	// The controller Pod, as the Deployment made it.
 	dep, err := c.client.AppsV1().Deployments(Namespace).Get(ctx, "proxy-topology-controller", metav1.GetOptions{})
@@ -139,6 +132,39 @@ func startStack(t *testing.T) *stack {
 	// of the WaitForFirstConsumer class.
 	s.waitCapacity(t, "proxy-topology-first-consumer", 2)
 	return s
+}
+
+// editConnections changes the keys of the connections Secret, creating it
+// first if it does not exist: deploy/kubernetes does not ship it, the user
+// makes it (docs/kubernetes.md).
+func editConnections(t *testing.T, c *cluster, edit func(data map[string][]byte)) {
+	t.Helper()
+	ctx := context.Background()
+	secrets := c.client.CoreV1().Secrets(Namespace)
+	for attempt := 0; ; attempt++ {
+		sec, err := secrets.Get(ctx, "connections", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			data := map[string][]byte{}
+			edit(data)
+			sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "connections", Namespace: Namespace}, Data: data}
+			if _, err = secrets.Create(ctx, sec, metav1.CreateOptions{}); err == nil {
+				return
+			}
+		} else if err == nil {
+			if sec.Data == nil {
+				sec.Data = map[string][]byte{}
+			}
+			edit(sec.Data)
+			if _, err = secrets.Update(ctx, sec, metav1.UpdateOptions{}); err == nil {
+				return
+			}
+		}
+		// A concurrent edit (another test's cleanup): read again.
+		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt < 10 {
+			continue
+		}
+		t.Fatalf("editing the connections Secret: %v", err)
+	}
 }
 
 // sidecar runs the pod's container name with the binary built here (env

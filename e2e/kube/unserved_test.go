@@ -238,24 +238,9 @@ func (s *stack) setConnection(t *testing.T, conn, base string, zones ...string) 
 // connections Secret; it is removed when the test ends.
 func (s *stack) setConnectionText(t *testing.T, conn, text string) {
 	t.Helper()
-	ctx := context.Background()
-	secrets := s.c.client.CoreV1().Secrets(Namespace)
-	sec, err := secrets.Get(ctx, "connections", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sec.Data == nil {
-		sec.Data = map[string][]byte{}
-	}
-	sec.Data[conn+".yaml"] = []byte(text)
-	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	editConnections(t, s.c, func(data map[string][]byte) { data[conn+".yaml"] = []byte(text) })
 	t.Cleanup(func() {
-		if sec, err := secrets.Get(ctx, "connections", metav1.GetOptions{}); err == nil {
-			delete(sec.Data, conn+".yaml")
-			_, _ = secrets.Update(ctx, sec, metav1.UpdateOptions{})
-		}
+		editConnections(t, s.c, func(data map[string][]byte) { delete(data, conn+".yaml") })
 	})
 }
 

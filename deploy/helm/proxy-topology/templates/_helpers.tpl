@@ -36,5 +36,41 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "proxy-topology.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "csiName" .Values.csiDriver.name -}}
+{{- if .Values.csiDriver.attachRequired -}}
+{{- $_ := set (default dict $cfg.proxy) "controllerPublish" true -}}
+{{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+A container's args: the chart's flags (.args), then the user's extraArgs
+(.extra). A chart flag whose name (the part before "=") the user also gives
+is left out, so extraArgs adds flags and may replace the chart's, and the
+seed's values, which repeat the topology flags, render each flag once.
+*/}}
+{{- define "proxy-topology.args" -}}
+{{- $names := dict -}}
+{{- range .extra -}}
+{{- $_ := set $names (regexReplaceAll "=.*$" (toString .) "") true -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range .args -}}
+{{- if not (hasKey $names (regexReplaceAll "=.*$" . "")) -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- end -}}
+{{- range .extra -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+"true" when .list (extraVolumes or extraVolumeMounts) has an entry named
+.name or mounted at .path: the user's entry then replaces the chart's.
+*/}}
+{{- define "proxy-topology.has" -}}
+{{- range .list -}}
+{{- if or (eq (toString .name) $.name) (and $.path (eq (toString (.mountPath | default "")) $.path)) -}}true{{- end -}}
+{{- end -}}
 {{- end -}}

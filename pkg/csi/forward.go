@@ -66,8 +66,12 @@ func unsupported(c *connection.Connection, method string) error {
 
 // controllerHas reports whether the connection's controller upstream
 // advertises a controller capability. The upstream client discovers its
-// capabilities once and caches them (pkg/upstream).
+// capabilities once and caches them (pkg/upstream). A group has no
+// upstream and so no capability: listings skip it (group.go).
 func controllerHas(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
+	if c.IsGroup() {
+		return false, nil
+	}
 	ctx, cancel := upstreamContext(ctx, c)
 	defer cancel()
 	ok, err := c.Controller.HasController(ctx, cap)
@@ -92,6 +96,9 @@ func requireController(ctx context.Context, c *connection.Connection, cap csi.Co
 
 // nodeHas is controllerHas for the node upstream's node capabilities.
 func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
+	if c.IsGroup() {
+		return false, nil
+	}
 	ctx, cancel := upstreamContext(ctx, c)
 	defer cancel()
 	ok, err := c.Node.HasNode(ctx, cap)

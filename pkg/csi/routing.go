@@ -86,12 +86,23 @@ func (d *Driver) connectionFromParameters(ctx context.Context, params map[string
 	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "parameters.connection is required: set it in the StorageClass, or set proxy.defaultConnection")
 	}
-	return d.connection(ctx, name)
+	return d.connectionOrGroup(ctx, name)
 }
 
-// connection resolves a connection by name for a request, recording it for
-// the log line.
+// connection resolves a connection that an ID names, recording it for the
+// log line. A group is refused: IDs name the member that holds the object
+// (SPEC §11).
 func (d *Driver) connection(ctx context.Context, name string) (*connection.Connection, error) {
+	c, err := d.connectionOrGroup(ctx, name)
+	if err == nil && c.IsGroup() {
+		return nil, notMadeByGroup(c)
+	}
+	return c, err
+}
+
+// connectionOrGroup resolves a connection by name for a request, recording
+// it for the log line; it may be a group (CreateVolume, GetCapacity).
+func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*connection.Connection, error) {
 	setConnection(ctx, name)
 	c, err := d.opts.Store.Get(ctx, name)
 	if err != nil {
@@ -123,4 +134,14 @@ func storeError(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// notMadeByGroup is the error for an ID that names a group: the proxy
+// never makes one (a group's volumes are named by their member), so the
+// file was most likely an ordinary connection once, and its volumes need
+// that file back.
+func notMadeByGroup(c *connection.Connection) error {
+	return status.Errorf(codes.FailedPrecondition,
+		"connection %q is a group (members %q): volumes and snapshots are named by the member that holds them, never by a group; if %q was an ordinary connection when the object was made, restore its file",
+		c.Name, c.Members(), c.Name)
 }

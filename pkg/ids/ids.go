@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxLength is the CSI limit for string fields such as volume_id (spec:
@@ -128,7 +129,10 @@ func ValidateConnectionName(name string) error {
 		if alnum || i > 0 && (c == '.' || c == '_' || c == '-') {
 			continue
 		}
-		return fmt.Errorf("connection name %q has invalid character %q at byte %d (allowed: letters, digits, and . _ - after the first)", printable(name), c, i)
+		// The whole character, not its first byte: a name written as
+		// "zöne" must be told about 'ö', never about 'Ã' (0xc3).
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return fmt.Errorf("connection name %q has invalid character %q at byte %d (allowed: letters, digits, and . _ - after the first)", printable(name), r, i)
 	}
 	return nil
 }
@@ -137,7 +141,11 @@ func ValidateConnectionName(name string) error {
 // messages.
 func printable(s string) string {
 	if len(s) > 80 {
-		s = s[:80] + "…"
+		cut := 80 // on a character boundary, so no character is split
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return strings.ToValidUTF8(s, "?")
 }

@@ -178,7 +178,9 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 	produced := producibleKeys(cfg.Topology)
 	var checked []checkResult
 	for _, f := range files {
-		checked = append(checked, checkConnection(f.path, cfg.Topology, produced, ownEndpoint))
+		r := checkConnection(f.path, cfg.Topology, produced, ownEndpoint)
+		checkNodeLocal(&r, f.path, cfg)
+		checked = append(checked, r)
 	}
 	return append(checked, out...)
 }

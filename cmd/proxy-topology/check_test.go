@@ -153,11 +153,11 @@ func TestCheckExamples(t *testing.T) {
 		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
 	want := `../../examples/proxy.yaml: ok
 ../../examples/connections/iscsi-multizone.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means
-../../examples/connections/local.yaml: ok
+../../examples/connections/local.yaml: warning: node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by org.democratic-csi.topology/node; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If /var/lib/proxy-topology/local is shared storage, declare where it is reachable in proxy.perDriver.topology
 ../../examples/connections/local-zone1.yaml: ok
 ../../examples/connections/nfs-cluster.yaml: ok
 ../../examples/connections/nfs-zone1.yaml: ok
-checked 6 files: 5 ok, 1 with warnings, 0 with errors
+checked 6 files: 4 ok, 2 with warnings, 0 with errors
 `
 	if code != 0 || stdout.String() != want {
 		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)

@@ -144,7 +144,9 @@ func TestHealthThroughServe(t *testing.T) {
 		"proxy_topology_ready 1",
 		`proxy_topology_build_info{csi_name="org.democratic-csi.proxy-topology",mode="all",version="` + buildVersion() + `"} 1`,
 		`proxy_topology_node_topology_rule{key="org.democratic-csi.topology/zone",rule="0",status="matched"} 1`,
-		"proxy_topology_node_topology_segments 2",
+		// cluster, zone, and the node key: the example's local connection
+		// is node-local (SPEC §12).
+		"proxy_topology_node_topology_segments 3",
 		"proxy_topology_connections_cached 0",
 	} {
 		if !strings.Contains(body, want) {

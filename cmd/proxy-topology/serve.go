@@ -302,6 +302,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 			return nil, fmt.Errorf("config %s: %w", cfg.File, err)
 		}
 		res := ev.Evaluate(in)
+		reportNodeKey(&res, ev, cfg.Proxy.NodeLocal, o.NodeID, store, log)
 		x.nodeTopology(res)
 		for _, r := range res.Rules {
 			log.Debug("node topology rule", "index", r.Index, "key", r.Key, "status", r.Status, "value", r.Value, "reason", r.Reason)

@@ -72,6 +72,15 @@ type Proxy struct {
 	NodeTopology nodetopology.Config `koanf:"nodeTopology"`
 	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
 	MaxVolumesPerNode int64 `koanf:"maxVolumesPerNode"`
+	// NodeLocal says the deployment runs in node-local mode (SPEC §12):
+	// every node plugin also serves the controller service, with an
+	// external-provisioner in --node-deployment mode beside it. Node
+	// plugins then always report <prefix>/node, the key that pins the
+	// volumes of node-local connections (local-hostpath without topology)
+	// to their node, and check stops warning about such connections.
+	// False (the default): nodes report <prefix>/node only under type node
+	// or when a node-local connection exists when they start.
+	NodeLocal bool `koanf:"nodeLocal"`
 	// ControllerPublish advertises PUBLISH_UNPUBLISH_VOLUME and forwards
 	// ControllerPublish/Unpublish. Off by default: most storage behind a
 	// proxy needs no attach step, and the CO then skips VolumeAttachments.

@@ -26,7 +26,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	requirement := req.GetAccessibilityRequirements()
-	decision, err := c.Topology(d.opts.Topology).Decide(c.Name, requirement.GetRequisite(), requirement.GetPreferred())
+	decision, err := d.decide(c, requirement)
 	if err != nil {
 		return nil, err
 	}

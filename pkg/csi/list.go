@@ -208,7 +208,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			if err != nil {
 				return nil, "", err
 			}
-			topology := c.Topology(d.opts.Topology).All().Topologies()
+			topology := d.existingTopology(c)
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()

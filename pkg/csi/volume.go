@@ -73,7 +73,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	if vol := resp.GetVolume(); vol != nil {
 		vol.VolumeId = req.GetVolumeId()
-		vol.AccessibleTopology = c.Topology(d.opts.Topology).All().Topologies()
+		vol.AccessibleTopology = d.existingTopology(c)
 		if src := vol.GetContentSource(); src != nil {
 			vol.ContentSource = wrapSource(c, src)
 		}

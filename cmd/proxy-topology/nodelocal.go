@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+)
+
+// Node-local storage (SPEC §12): volumes of a local-hostpath connection
+// without topology are pinned to their node by <prefix>/node, so every
+// node that may hold one must carry that label, which kubelet copies from
+// NodeGetInfo at registration and never updates.
+
+// reportNodeKey adds <prefix>/node=<node name> to a node plugin's segments
+// when the deployment is in node-local mode (proxy.nodeLocal) or a
+// node-local connection exists at start-up; under type node it is there
+// already. A node whose rules failed keeps failing: the key would hide
+// the misconfiguration of its other keys.
+func reportNodeKey(res *nodetopology.Result, ev *nodetopology.Evaluator, nodeLocalMode bool, nodeName string, store *connection.Store, log *slog.Logger) {
+	key := labels.FullKey(ev.Prefix(), nodetopology.TypeNode)
+	if res.Err() != nil || res.Segments[key] != "" {
+		return
+	}
+	why := "proxy.nodeLocal is true"
+	if !nodeLocalMode {
+		local := store.NodeLocalNames()
+		if len(local) == 0 {
+			return
+		}
+		why = "node-local connections " + strings.Join(local, ",") + " exist"
+	}
+	if err := labels.ValueError(nodeName); err != nil {
+		log.Error("node-local volumes need the node key, but the node name is not a valid label value: they cannot be pinned to this node", "key", key, "node", nodeName, "why", why, "error", err)
+		return
+	}
+	res.Segments[key] = nodeName
+	log.Info("reporting the node key: node-local volumes are pinned by it", "key", key, "value", nodeName, "why", why)
+}
+
+// checkNodeLocal warns about a node-local connection in a deployment not
+// in node-local mode (SPEC §12): its volumes would be created on whatever
+// node the one controller runs on, and pinned there.
+func checkNodeLocal(r *checkResult, path string, cfg *config.Loaded) {
+	if len(r.errors) > 0 || cfg.Proxy.NodeLocal {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	c, _, err := config.ParseConnection(path, data, cfg.Topology.Accessibility())
+	if err != nil || !connection.IsNodeLocal(c) {
+		return
+	}
+	r.warnings = append(r.warnings, fmt.Sprintf(
+		"node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by %s; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If %s is shared storage, declare where it is reachable in proxy.perDriver.topology",
+		labels.FullKey(cfg.Topology.Prefix(), nodetopology.TypeNode), c.LocalHostpath.ShareBasePath))
+}

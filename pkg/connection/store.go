@@ -12,8 +12,8 @@
 package connection
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -165,8 +165,13 @@ const neverSwept = math.MinInt64
 type entry struct {
 	// version is the source's version of the content below.
 	version Version
-	// data is the content conn or err was made from.
-	data []byte
+	// sum is the SHA-256 of the content conn or err was made from, and
+	// read says whether there was content at all (a read error has none).
+	// A cached connection keeps the digest rather than the file: at ten
+	// thousand connections the files cost more memory than the rest of
+	// an entry.
+	sum  [sha256.Size]byte
+	read bool
 	conn *Connection
 	err  error // cached load error for this version
 	// lastUsed is when the entry was last returned (since the store's
@@ -254,7 +259,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 		data = nil
 		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 		s.loaded(name, reload, err)
-	case cached && prev.data != nil && s.sameContent(prev, ver, data) && (prev.conn == nil || prev.conn.tryAcquire()):
+	case cached && prev.read && s.sameContent(prev, ver, data) && (prev.conn == nil || prev.conn.tryAcquire()):
 		// Same content: keep the connection, or the error of this very
 		// version (a racy file re-read); nothing was loaded. A new version
 		// (touch) over a failed load retries it, in case what failed was
@@ -272,7 +277,10 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 			return nil, err
 		}
 	}
-	e := &entry{version: ver, data: data, conn: conn, err: err}
+	e := &entry{version: ver, read: data != nil, conn: conn, err: err}
+	if e.read {
+		e.sum = sha256.Sum256(data)
+	}
 	e.lastUsed.Store(at)
 	if conn != nil {
 		conn.refs.Add(1) // the entry's reference
@@ -291,7 +299,7 @@ func (s *Store) sameContent(prev *entry, ver Version, data []byte) bool {
 	if prev.err != nil && (s.opts.CacheTimeout == 0 || !sameFileVersion(prev.version, ver)) {
 		return false
 	}
-	return bytes.Equal(prev.data, data)
+	return prev.sum == sha256.Sum256(data)
 }
 
 // release drops the entry's reference to its connection; e may be nil.

@@ -22,9 +22,12 @@ import (
 // controllers, the garbage collector, ServiceAccounts for new namespaces,
 // and the Deployment and ReplicaSet controllers that turn the deployed
 // controller Deployment into a Pod (the external-provisioner's capacity
-// owner is found through that Pod and its ReplicaSet). Nothing that needs
-// a kubelet: no node lifecycle (it would mark the fake nodes NotReady), no
-// attach/detach, no DaemonSets.
+// owner is found through that Pod and its ReplicaSet), and the
+// attach/detach controller, which makes VolumeAttachments for drivers with
+// attachRequired on nodes annotated as controller-managed (TestAttach; the
+// deployed driver does not require attachment, so it never acts for the
+// other tests). Nothing that needs a kubelet: no node lifecycle (it would
+// mark the fake nodes NotReady), no DaemonSets.
 var kcmControllers = []string{
 	"persistentvolume-binder-controller",
 	"persistentvolume-expander-controller",
@@ -34,6 +37,7 @@ var kcmControllers = []string{
 	"serviceaccount-controller",
 	"deployment-controller",
 	"replicaset-controller",
+	"persistentvolume-attach-detach-controller",
 }
 
 var (

@@ -27,7 +27,7 @@ var (
 // tools are the external binaries, from env vars set by make e2e-kube.
 var tools = map[string]string{
 	"KUBE_APISERVER": "", "HELM": "", "KUSTOMIZE": "", "ETCD": "",
-	"KUBE_SCHEDULER": "", "KUBE_CONTROLLER_MANAGER": "", "CSI_PROVISIONER": "", "CSI_RESIZER": "",
+	"KUBE_SCHEDULER": "", "KUBE_CONTROLLER_MANAGER": "", "CSI_PROVISIONER": "", "CSI_RESIZER": "", "CSI_ATTACHER": "",
 	"CSI_SNAPSHOTTER": "", "SNAPSHOT_CONTROLLER": "",
 }
 

@@ -60,7 +60,7 @@ func TestSidecarImageVersions(t *testing.T) {
 	}
 	// The binaries the tests run are the ones go.mod names.
 	for tool, img := range map[string]string{
-		"CSI_PROVISIONER": "csi-provisioner", "CSI_RESIZER": "csi-resizer",
+		"CSI_PROVISIONER": "csi-provisioner", "CSI_RESIZER": "csi-resizer", "CSI_ATTACHER": "csi-attacher",
 		"CSI_SNAPSHOTTER": "csi-snapshotter", "SNAPSHOT_CONTROLLER": "snapshot-controller",
 	} {
 		if v, want := toolVersion(tools[tool]), built[sidecarModules[img]]; v != want {

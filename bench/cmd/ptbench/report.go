@@ -37,10 +37,12 @@ type Results struct {
 	BurstVolumesLeft int          `json:"burst_volumes_left"`
 	// Scale: CreateVolume with one connection file vs many, typed as the
 	// drift reference.
-	Scale   []PathResult `json:"scale"`
-	Memory  Memory       `json:"memory"`
-	Micro   []Micro      `json:"micro"`
-	Targets []Target     `json:"targets"`
+	Scale []PathResult `json:"scale"`
+	// RealWork: issue 19's real-work section (realwork.go).
+	RealWork *RealWork `json:"real_work,omitempty"`
+	Memory   Memory    `json:"memory"`
+	Micro    []Micro   `json:"micro"`
+	Targets  []Target  `json:"targets"`
 	// Reported are ratios without a goal (proxy over the raw forwarder).
 	Reported []Target `json:"reported"`
 }
@@ -110,6 +112,9 @@ type Target struct {
 	// NotMeasured: the run skipped or failed what the value comes from;
 	// a target then misses.
 	NotMeasured bool `json:"not_measured,omitempty"`
+	// Skipped says why a target that needs a peer (democratic-csi) was
+	// not measured; it is neither ok nor a miss.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Line renders "target <name>: <value> (goal <op> <goal>) ok|MISS", or for
@@ -121,6 +126,9 @@ func (t Target) Line() string {
 	}
 	if t.Goal == nil {
 		return fmt.Sprintf("reported %s: %s (no goal)", t.Name, value)
+	}
+	if t.Skipped != "" {
+		return fmt.Sprintf("target %s: skipped: %s (goal %s %s)", t.Name, t.Skipped, t.Op, t.format(*t.Goal))
 	}
 	verdict := "ok"
 	if !t.OK {
@@ -259,7 +267,9 @@ func printReport(w io.Writer, res *Results) {
 		}
 		tw.Flush()
 	}
-	table("paths (interleaved rounds)", res.Paths, "typed", "raw")
+	if len(res.Paths) > 0 {
+		table("paths (interleaved rounds)", res.Paths, "typed", "raw")
+	}
 	if len(res.Burst) > 0 {
 		table("burst to local-hostpath (interleaved rounds; a call is a CreateVolume+DeleteVolume pair)", res.Burst, "direct")
 		fmt.Fprintf(w, "failed pairs: %d; volumes left afterwards: %d\n", res.BurstErrors, res.BurstVolumesLeft)
@@ -270,22 +280,45 @@ func printReport(w io.Writer, res *Results) {
 	if len(res.Scale) > 0 {
 		table("scale (interleaved rounds)", res.Scale, "proxy-1")
 	}
-	m := res.Memory
-	fmt.Fprintf(w, "\nmemory (VmRSS of proxy-topology)\n")
-	fmt.Fprintf(tw, "node plugin (--mode node, %d node-topology rules), idle\t%.1f MiB\t\n", m.NodeRules, float64(m.NodeIdleKiB)/1024)
-	fmt.Fprintf(tw, "controller (--mode controller, %d connection files), idle\t%.1f MiB\t\n", m.Connections, float64(m.ControllerIdleKiB)/1024)
-	fmt.Fprintf(tw, "--mode all, 1 connection file, idle\t%.1f MiB\t\n", float64(m.IdleOneConnectionKiB)/1024)
-	if m.LoadedKiB > 0 {
-		fmt.Fprintf(tw, "controller, %d connections cached\t%.1f MiB\t\n", m.Connections, float64(m.LoadedKiB)/1024)
-		fmt.Fprintf(tw, "per cached connection\t%.0f B\t\n", m.PerConnectionBytes)
-		fmt.Fprintf(tw, "first load of %d connections\t%.2f s\t\n", m.Connections, m.LoadSeconds)
+	if rw := res.RealWork; rw != nil {
+		ref := "dcsi-direct"
+		if rw.Peer == "" {
+			ref = "builtin-direct"
+		}
+		table(fmt.Sprintf("real work: CreateVolume+DeleteVolume pairs on %s (%s, %s), interleaved rounds", rw.Dir, rw.FS, rw.Device), rw.Rows, ref)
+		if rw.Peer != "" {
+			fmt.Fprintf(w, "democratic-csi: %s (%s)\n", rw.Peer, rw.PeerRevision)
+		} else {
+			fmt.Fprintf(w, "democratic-csi paths skipped: %s\n", rw.SkipReason)
+		}
+		fmt.Fprintf(w, "csi-proxy forwards to: %s\nfailed pairs: %d; volumes left afterwards: %d\n", rw.Upstream, rw.Errors, rw.Left)
+		if rw.First != "" {
+			fmt.Fprintf(w, "first failure: %s\n", rw.First)
+		}
+		for _, name := range realWorkPaths {
+			if kib, ok := rw.RSSKiB[name]; ok {
+				fmt.Fprintf(tw, "VmRSS of %s after %d pairs\t%.1f MiB\t\n", name, rw.PairsServed[name], float64(kib)/1024)
+			}
+		}
+		tw.Flush()
 	}
-	if m.PeakKiB > 0 {
-		fmt.Fprintf(tw, "peak (VmHWM) after the calls: proxy-1\t%.1f MiB\t\n", float64(m.PeakKiB)/1024)
-		fmt.Fprintf(tw, "typed forwarder\t%.1f MiB\t\n", float64(m.TypedPeakKiB)/1024)
-		fmt.Fprintf(tw, "raw forwarder\t%.1f MiB\t\n", float64(m.RawPeakKiB)/1024)
+	if m := res.Memory; m.ControllerIdleKiB > 0 {
+		fmt.Fprintf(w, "\nmemory (VmRSS of proxy-topology)\n")
+		fmt.Fprintf(tw, "node plugin (--mode node, %d node-topology rules), idle\t%.1f MiB\t\n", m.NodeRules, float64(m.NodeIdleKiB)/1024)
+		fmt.Fprintf(tw, "controller (--mode controller, %d connection files), idle\t%.1f MiB\t\n", m.Connections, float64(m.ControllerIdleKiB)/1024)
+		fmt.Fprintf(tw, "--mode all, 1 connection file, idle\t%.1f MiB\t\n", float64(m.IdleOneConnectionKiB)/1024)
+		if m.LoadedKiB > 0 {
+			fmt.Fprintf(tw, "controller, %d connections cached\t%.1f MiB\t\n", m.Connections, float64(m.LoadedKiB)/1024)
+			fmt.Fprintf(tw, "per cached connection\t%.0f B\t\n", m.PerConnectionBytes)
+			fmt.Fprintf(tw, "first load of %d connections\t%.2f s\t\n", m.Connections, m.LoadSeconds)
+		}
+		if m.PeakKiB > 0 {
+			fmt.Fprintf(tw, "peak (VmHWM) after the calls: proxy-1\t%.1f MiB\t\n", float64(m.PeakKiB)/1024)
+			fmt.Fprintf(tw, "typed forwarder\t%.1f MiB\t\n", float64(m.TypedPeakKiB)/1024)
+			fmt.Fprintf(tw, "raw forwarder\t%.1f MiB\t\n", float64(m.RawPeakKiB)/1024)
+		}
+		tw.Flush()
 	}
-	tw.Flush()
 	if len(res.Micro) > 0 {
 		fmt.Fprintf(w, "\nmicro-benchmarks\n")
 		fmt.Fprintf(tw, "package\tbenchmark\tns/op\tB/op\tallocs/op\t\n")

@@ -192,3 +192,32 @@ func TestStatusKiB(t *testing.T) {
 		t.Errorf("statusKiB(VmNothing) = %v, want an error naming the field", err)
 	}
 }
+
+// Without democratic-csi the peer targets say skipped and why, never ok,
+// and do not fail the run; the target measured against the built-in driver
+// still runs.
+func TestRealWorkTargetsWithoutPeer(t *testing.T) {
+	rw := &RealWork{SkipReason: "no democratic-csi checkout given", RSSKiB: map[string]int64{"builtin-proxy": 30000}}
+	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy"} {
+		for _, c := range []int{1, 16} {
+			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})
+		}
+	}
+	skipped := 0
+	for _, tg := range realWorkTargets(rw) {
+		line := tg.Line()
+		if tg.Skipped != "" {
+			skipped++
+			if tg.OK || !strings.Contains(line, "skipped: no democratic-csi checkout given") || strings.HasSuffix(line, " ok") {
+				t.Errorf("skipped target: %q (ok %v)", line, tg.OK)
+			}
+			continue
+		}
+		if !tg.OK {
+			t.Errorf("target without a peer missed: %q", line)
+		}
+	}
+	if skipped != 3 {
+		t.Errorf("%d targets skipped, want the 3 peer targets", skipped)
+	}
+}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"github.com/democratic-csi/proxy-topology/bench/load"
+)
+
+// The real-work section (issue 19): CreateVolume+DeleteVolume pairs that
+// make and remove real directories on the run's own disk, at concurrency 1
+// and 16, against
+//
+//   - builtin-proxy: proxy-topology with a local-hostpath connection (the
+//     built-in driver, in process);
+//   - builtin-direct: the built-in driver served on its own;
+//   - csi-proxy: proxy-topology with a `driver: csi` connection to an
+//     upstream: democratic-csi's local-hostpath when a checkout is given,
+//     else builtin-direct;
+//   - builtin-tmpfs: builtin-proxy with its base path on /dev/shm (tmpfs),
+//     to show what the disk costs (reported, no goal);
+//   - dcsi-direct and dcsi-proxy: democratic-csi's local-hostpath, served
+//     on its own and through democratic-csi's own proxy driver, when a
+//     checkout is given (-dcsi or DEMOCRATIC_CSI_DIR).
+//
+// All paths run in interleaved rounds, so load from other processes falls
+// on every path alike and cancels in the ratios.
+
+// RealWork is the real-work section of bench/results.json.
+type RealWork struct {
+	// Dir holds the base paths of the disk-backed paths; FS is its file
+	// system type and Device the device it is on.
+	Dir    string `json:"dir"`
+	FS     string `json:"fs"`
+	Device string `json:"device,omitempty"`
+	// Peer is the democratic-csi checkout, PeerRevision what it is;
+	// SkipReason says why the peer paths did not run.
+	Peer         string `json:"peer,omitempty"`
+	PeerRevision string `json:"peer_revision,omitempty"`
+	SkipReason   string `json:"skip_reason,omitempty"`
+	// Upstream is what csi-proxy forwards to.
+	Upstream string       `json:"upstream"`
+	Rows     []PathResult `json:"rows"`
+	Errors   int64        `json:"errors"`
+	First    string       `json:"first_error,omitempty"`
+	// Left counts volume directories left under the base paths after the
+	// rounds (every pair deletes what it made).
+	Left int `json:"volumes_left"`
+	// RSSKiB is each serving process's VmRSS after its pairs; PairsServed
+	// how many pairs it had served by then.
+	RSSKiB      map[string]int64 `json:"rss_kib"`
+	PairsServed map[string]int   `json:"pairs_served"`
+}
+
+const (
+	rwConn    = "rw"    // the connection name in every proxy
+	rwUpConn  = "rwcsi" // proxy-topology's driver: csi connection
+	dcsiName  = "org.democratic-csi.local-hostpath"
+	dcsiProxy = "org.democratic-csi.proxy"
+)
+
+// realWorkPaths are the path names in the order they are measured.
+var realWorkPaths = []string{"builtin-proxy", "builtin-direct", "csi-proxy", "builtin-tmpfs", "dcsi-direct", "dcsi-proxy"}
+
+// realWork runs the section with its own processes under dir (on the run's
+// disk; o.realWorkDir overrides it).
+func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, err error) {
+	base := filepath.Join(dir, "realwork")
+	if o.realWorkDir != "" {
+		if base, err = os.MkdirTemp(o.realWorkDir, "ptbench-realwork-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(base)
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, err
+	}
+	rw = &RealWork{Dir: base, RSSKiB: map[string]int64{}, PairsServed: map[string]int{}}
+	rw.FS, rw.Device = fsOf(base)
+	if rw.FS == "tmpfs" {
+		fmt.Printf("real work: WARNING %s is on tmpfs, not a disk; pass -realwork-dir DIR on a disk\n", base)
+	}
+	peer := o.dcsi
+	switch {
+	case peer == "":
+		rw.SkipReason = "no democratic-csi checkout given (-dcsi DIR or DEMOCRATIC_CSI_DIR)"
+	default:
+		if _, err := os.Stat(filepath.Join(peer, "bin", "democratic-csi")); err != nil {
+			rw.SkipReason = fmt.Sprintf("%s is not a democratic-csi checkout: %v", peer, err)
+		} else if _, err := os.Stat(filepath.Join(peer, "node_modules")); err != nil {
+			rw.SkipReason = fmt.Sprintf("%s has no node_modules: run npm install there", peer)
+		} else if _, err := os.Stat(filepath.Join(peer, "src", "driver", "controller-proxy")); err != nil {
+			rw.SkipReason = fmt.Sprintf("%s has no proxy driver (src/driver/controller-proxy, democratic-csi pull request 466)", peer)
+		} else if _, err := exec.LookPath("node"); err != nil {
+			rw.SkipReason = "node is not installed"
+		} else {
+			rw.Peer = peer
+			rw.PeerRevision = peerRevision(peer)
+		}
+	}
+
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	startProc := func(name string, env []string, argv ...string) (*proc, error) {
+		p, err := start(ctx, dir, "rw-"+name, filepath.Join(dir, "rw-"+name+".sock"), env, argv...)
+		if err == nil {
+			procs = append(procs, p)
+		}
+		return p, err
+	}
+	serve := func(name, cfg string) (*proc, error) {
+		return startProc(name, nil, bin, "serve", "--config", cfg, "--csi-endpoint", "unix://"+filepath.Join(dir, "rw-"+name+".sock"),
+			"--mode", "controller", "--log-level", "warn", "--node-id", "bench-node")
+	}
+	// proxyTo writes a proxy-topology main config whose one connection rw
+	// has the content conn.
+	proxyTo := func(name, conn string) (string, error) {
+		folder := filepath.Join(base, name, "connections")
+		if err := writeFile(filepath.Join(folder, rwConn+".yaml"), conn); err != nil {
+			return "", err
+		}
+		cfg := filepath.Join(base, name, "proxy.yaml")
+		return cfg, writeFile(cfg, mainConfig(folder, ""))
+	}
+	hostpathConn := func(data string) string {
+		return fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", data)
+	}
+	type path struct {
+		name string
+		p    *proc
+		data string // where its volumes are made
+	}
+	var paths []path
+	add := func(name string, p *proc, data string) { paths = append(paths, path{name, p, data}) }
+
+	cfg, err := proxyTo("builtin-proxy", hostpathConn(filepath.Join(base, "builtin-proxy", "data")))
+	if err != nil {
+		return rw, err
+	}
+	p, err := serve("builtin-proxy", cfg)
+	if err != nil {
+		return rw, err
+	}
+	add("builtin-proxy", p, filepath.Join(base, "builtin-proxy", "data", "volumes"))
+
+	cfg = filepath.Join(base, "builtin-direct", "main.yaml")
+	if err := writeFile(cfg, hostpathConn(filepath.Join(base, "builtin-direct", "data"))); err != nil {
+		return rw, err
+	}
+	direct, err := serve("builtin-direct", cfg)
+	if err != nil {
+		return rw, err
+	}
+	add("builtin-direct", direct, filepath.Join(base, "builtin-direct", "data", "volumes"))
+
+	upstream, upData := direct, filepath.Join(base, "builtin-direct", "data", "volumes")
+	rw.Upstream = "built-in local-hostpath, served on its own (builtin-direct)"
+	var dcsiDirect *proc
+	if rw.Peer != "" {
+		node := func(name, cfg, csiName string) (*proc, error) {
+			sock := filepath.Join(dir, "rw-"+name+".sock")
+			return startProc(name, []string{"CSI_NODE_ID=bench-node", "NODE_NAME=bench-node"},
+				"node", filepath.Join(rw.Peer, "bin", "democratic-csi"), "--csi-version=1.5.0", "--csi-name="+csiName,
+				"--driver-config-file="+cfg, "--log-level=error", "--csi-mode=controller", "--server-socket="+sock)
+		}
+		dcsiConfig := func(data string) string {
+			return fmt.Sprintf("driver: local-hostpath\ninstance_id:\nlocal-hostpath:\n  shareBasePath: %s\n  controllerBasePath: %s\n  dirPermissionsMode: \"0777\"\n  dirPermissionsUser: 0\n  dirPermissionsGroup: 0\n", data, data)
+		}
+		data := filepath.Join(base, "dcsi-direct", "data")
+		cfg := filepath.Join(base, "dcsi-direct", "local-hostpath.yaml")
+		if err := writeFile(cfg, dcsiConfig(data)); err != nil {
+			return rw, err
+		}
+		if dcsiDirect, err = node("dcsi-direct", cfg, dcsiName); err != nil {
+			return rw, err
+		}
+		add("dcsi-direct", dcsiDirect, filepath.Join(data, "v"))
+		upstream, upData = dcsiDirect, filepath.Join(data, "v")
+		rw.Upstream = "democratic-csi local-hostpath (dcsi-direct)"
+
+		folder := filepath.Join(base, "dcsi-proxy", "connections")
+		pdata := filepath.Join(base, "dcsi-proxy", "data")
+		if err := writeFile(filepath.Join(folder, rwConn+".yaml"), dcsiConfig(pdata)); err != nil {
+			return rw, err
+		}
+		cfg = filepath.Join(base, "dcsi-proxy", "proxy.yaml")
+		if err := writeFile(cfg, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n  nodeTopology:\n    type: node\n", folder)); err != nil {
+			return rw, err
+		}
+		dp, err := node("dcsi-proxy", cfg, dcsiProxy)
+		if err != nil {
+			return rw, err
+		}
+		add("dcsi-proxy", dp, filepath.Join(pdata, "v"))
+	}
+
+	cfg, err = proxyTo("csi-proxy", fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix://%s\n", upstream.sock))
+	if err != nil {
+		return rw, err
+	}
+	if p, err = serve("csi-proxy", cfg); err != nil {
+		return rw, err
+	}
+	add("csi-proxy", p, upData)
+
+	if fs, _ := fsOf("/dev/shm"); fs == "tmpfs" {
+		shm, err := os.MkdirTemp("/dev/shm", "ptbench-realwork-")
+		if err != nil {
+			return rw, err
+		}
+		defer os.RemoveAll(shm)
+		cfg, err := proxyTo("builtin-tmpfs", hostpathConn(shm))
+		if err != nil {
+			return rw, err
+		}
+		if p, err = serve("builtin-tmpfs", cfg); err != nil {
+			return rw, err
+		}
+		add("builtin-tmpfs", p, filepath.Join(shm, "volumes"))
+	}
+	// Order the paths as realWorkPaths, so that tables read the same in
+	// every run.
+	var ordered []path
+	for _, name := range realWorkPaths {
+		for _, p := range paths {
+			if p.name == name {
+				ordered = append(ordered, p)
+			}
+		}
+	}
+	paths = ordered
+
+	var c burstCounter
+	for _, conc := range []int{1, 16} {
+		rounds, n := o.realWorkRounds, o.realWorkPairs1
+		if conc > 1 {
+			n = o.realWorkPairs16
+		}
+		var lp []load.Path
+		for _, p := range paths {
+			lp = append(lp, load.Path{Name: p.name, Call: realPair(&c, p.p, p.name, conc), CPU: p.p.cpu})
+		}
+		fmt.Printf("real work c=%d: %d rounds x %d pairs x %d paths ...\n", conc, rounds, n, len(lp))
+		samples, err := load.Rounds(ctx, lp, rounds, conc, n)
+		if err != nil {
+			return rw, fmt.Errorf("real work: %w", err)
+		}
+		for _, p := range paths {
+			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: conc, Path: p.name, Stats: samples[p.name].Summarize()})
+			rw.PairsServed[p.name] += (rounds + 1) * n
+		}
+	}
+	rw.Errors, rw.First = c.errors.Load(), c.first
+	seen := map[*proc]bool{}
+	for _, p := range paths {
+		if kib, err := settledRSS(p.p.pid()); err == nil {
+			rw.RSSKiB[p.name] = kib
+		}
+		if seen[p.p] {
+			continue
+		}
+		seen[p.p] = true
+		entries, _ := os.ReadDir(p.data)
+		rw.Left += len(entries)
+	}
+	return rw, nil
+}
+
+// rwCap is a filesystem volume without an fs_type: a directory has none,
+// and democratic-csi's local-hostpath refuses any.
+var rwCap = []*csi.VolumeCapability{{
+	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}}
+
+// realPair creates a volume and deletes it again, both on p: the request
+// of an Immediate class (no topology), with the parameters the
+// external-provisioner adds. Names are distinct per path and concurrency.
+func realPair(c *burstCounter, p *proc, path string, conc int) load.Call {
+	client := csi.NewControllerClient(p.conn)
+	return func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("pvc-rw-%s-c%d-%07d", path, conc, i)
+		resp, err := client.CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name:               name,
+			CapacityRange:      &csi.CapacityRange{RequiredBytes: 1 << 30},
+			VolumeCapabilities: rwCap,
+			Parameters: map[string]string{
+				"connection":                       rwConn,
+				"csi.storage.k8s.io/pvc/name":      "data-postgres-0",
+				"csi.storage.k8s.io/pvc/namespace": "default",
+				"csi.storage.k8s.io/pv/name":       name,
+			},
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("%s: CreateVolume %s: %w", path, name, err))
+			return nil
+		}
+		if _, err := client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId()}); err != nil && ctx.Err() == nil {
+			c.fail(fmt.Errorf("%s: DeleteVolume %s: %w", path, resp.GetVolume().GetVolumeId(), err))
+		}
+		return nil
+	}
+}
+
+// fsOf names the file system type of path (from statfs) and its device
+// (from /proc/self/mountinfo, the longest mount point above path).
+func fsOf(path string) (fsType, device string) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return "unknown (" + err.Error() + ")", ""
+	}
+	switch st.Type {
+	case unix.EXT4_SUPER_MAGIC:
+		fsType = "ext4" // also ext2/ext3: one magic
+	case unix.XFS_SUPER_MAGIC:
+		fsType = "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		fsType = "btrfs"
+	case unix.TMPFS_MAGIC:
+		fsType = "tmpfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		fsType = "overlay"
+	default:
+		fsType = fmt.Sprintf("0x%x", st.Type)
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fsType, ""
+	}
+	best := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		mp := f[4]
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(best) {
+			best = mp
+			for i, x := range f {
+				if x == "-" && i+2 < len(f) {
+					device = f[i+2]
+				}
+			}
+		}
+	}
+	return fsType, device
+}
+
+// peerRevision describes the democratic-csi checkout: package.json's
+// version, and the git commit when it is a clone.
+func peerRevision(dir string) string {
+	version := "?"
+	if data, err := os.ReadFile(filepath.Join(dir, "package.json")); err == nil {
+		if i := strings.Index(string(data), `"version": "`); i >= 0 {
+			rest := string(data)[i+len(`"version": "`):]
+			version = rest[:strings.IndexByte(rest, '"')]
+		}
+	}
+	if out, err := exec.Command("git", "-C", dir, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		return version + " " + strings.TrimSpace(string(out))
+	}
+	return version
+}
+
+// realWorkTargets are issue 19's goals. The peer targets are skipped, with
+// the reason, when democratic-csi did not run.
+func realWorkTargets(rw *RealWork) []Target {
+	if rw == nil {
+		return nil
+	}
+	pair := "CreateVolume+DeleteVolume"
+	row := func(c int, path string) load.Stats { return find(rw.Rows, pair, c, path) }
+	skip := func(t Target) Target {
+		if rw.Peer == "" {
+			t.Skipped, t.OK, t.NotMeasured = rw.SkipReason, false, false
+		}
+		return t
+	}
+	bp1, dd1 := row(1, "builtin-proxy"), row(1, "dcsi-direct")
+	bp16, dd16 := row(16, "builtin-proxy"), row(16, "dcsi-direct")
+	up16 := row(16, "dcsi-direct")
+	if rw.Peer == "" {
+		up16 = row(16, "builtin-direct")
+	}
+	rss := math.NaN()
+	if d := rw.RSSKiB["dcsi-direct"]; d > 0 && rw.RSSKiB["builtin-proxy"] > 0 {
+		rss = float64(rw.RSSKiB["builtin-proxy"]) / float64(d)
+	}
+	errs := float64(rw.Errors + int64(rw.Left))
+	return []Target{
+		skip(target("realwork_c1_pair_p50_builtin_proxy_over_dcsi_direct", ratio(bp1.P50us, dd1.P50us), "", "<=", 1.0)),
+		skip(target("realwork_c16_pairs_per_s_builtin_proxy_over_dcsi_direct", ratio(bp16.Throughput, dd16.Throughput), "", ">=", 1.5)),
+		target("realwork_c16_pairs_per_s_proxy_csi_over_upstream_direct", ratio(row(16, "csi-proxy").Throughput, up16.Throughput), "", ">=", 0.90),
+		skip(target("realwork_rss_proxy_over_dcsi_after_pairs", rss, "", "<=", 0.33)),
+		target("realwork_errors", errs, "errors", "<=", 0),
+	}
+}

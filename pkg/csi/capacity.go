@@ -5,6 +5,8 @@ import (
 	"math"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 // GetCapacity answers 0 for a topology the connection cannot serve, the
@@ -15,7 +17,15 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if !c.Topology(d.opts.Topology).Admits(req.GetAccessibleTopology()) {
+	if c.IsGroup() {
+		return d.groupCapacity(ctx, c, req)
+	}
+	return d.connectionCapacity(ctx, c, req)
+}
+
+// connectionCapacity is GetCapacity for one ordinary connection.
+func (d *Driver) connectionCapacity(ctx context.Context, c *connection.Connection, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if !d.admits(c, req.GetAccessibleTopology()) {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
 	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_GET_CAPACITY)

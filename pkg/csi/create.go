@@ -25,6 +25,11 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	if c.IsGroup() {
+		if c, err = d.groupMember(ctx, c, req); err != nil {
+			return nil, err
+		}
+	}
 	requirement := req.GetAccessibilityRequirements()
 	decision, err := d.decide(c, requirement)
 	if err != nil {

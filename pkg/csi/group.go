@@ -1,0 +1,158 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+)
+
+// Connection groups (SPEC §11): a connection file of driver: group has no
+// backend; a CreateVolume on it goes to one of its members, chosen by
+// accessible.Choose from the request's terms, and the volume's ID names
+// that member, so every later call routes to the member like any other
+// volume. Clone and restore go to the member that holds the source.
+// GetCapacity on a group sums the members that admit the segment.
+//
+// Listings (ListVolumes, ListSnapshots, ControllerListVolumeHealth) skip
+// groups: a group holds no volume of its own, and its members' volumes
+// are listed under the members, the names their IDs carry. Capabilities
+// likewise come from the members' upstreams, never from a group.
+
+// groupMember resolves a CreateVolume on group g to the member that will
+// serve it, with a reference held for the call.
+func (d *Driver) groupMember(ctx context.Context, g *connection.Connection, req *csi.CreateVolumeRequest) (*connection.Connection, error) {
+	if src := req.GetVolumeContentSource(); src != nil {
+		return d.sourceMember(ctx, g, req, src)
+	}
+	names := g.Members()
+	members := make([]*connection.Connection, len(names))
+	member := func(i int) (*connection.Connection, error) {
+		if members[i] == nil {
+			m, err := d.opts.Store.Member(ctx, g, i)
+			if err != nil {
+				return nil, storeError(err)
+			}
+			hold(ctx, m)
+			members[i] = m
+		}
+		return members[i], nil
+	}
+	requirement := req.GetAccessibilityRequirements()
+	requisite, preferred := requirement.GetRequisite(), requirement.GetPreferred()
+	choice, ok, err := accessible.Choose(len(names), func(i int, term *csi.Topology) (bool, error) {
+		m, err := member(i)
+		if err != nil {
+			return false, err
+		}
+		return d.admits(m, term), nil
+	}, requisite, preferred)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// Every member was asked about every term, so all are loaded.
+		offers := make([]string, len(names))
+		for i := range names {
+			m, err := member(i)
+			if err != nil {
+				return nil, err
+			}
+			offers[i] = d.offers(m)
+		}
+		return nil, accessible.NoMemberError(g.Name, names, offers, requisite, preferred)
+	}
+	m, err := member(choice.Member)
+	if err != nil {
+		return nil, err
+	}
+	setConnection(ctx, m.Name)
+	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(),
+		"why", choice.Explain(names, requisite, preferred))
+	return m, nil
+}
+
+// sourceMember is the member that holds a clone's or restore's source: a
+// volume can be made from a source only within its connection. A source
+// outside the group is INVALID_ARGUMENT, as a source of another
+// connection is; a member that cannot serve the requested topology is
+// RESOURCE_EXHAUSTED (the member's own refusal, which says what it
+// offers), never another member.
+func (d *Driver) sourceMember(ctx context.Context, g *connection.Connection, req *csi.CreateVolumeRequest, src *csi.VolumeContentSource) (*connection.Connection, error) {
+	var id ids.ID
+	var err error
+	what := "volume_content_source"
+	switch {
+	case src.GetSnapshot() != nil:
+		what = "snapshot"
+		id, err = parseID(ids.Snapshot, "volume_content_source.snapshot.snapshot_id", src.GetSnapshot().GetSnapshotId())
+	case src.GetVolume() != nil:
+		what = "volume"
+		id, err = parseID(ids.Volume, "volume_content_source.volume.volume_id", src.GetVolume().GetVolumeId())
+	default:
+		return nil, status.Error(codes.InvalidArgument, "volume_content_source has neither snapshot nor volume")
+	}
+	if err != nil {
+		return nil, err
+	}
+	i := slices.Index(g.Members(), id.Connection)
+	if i < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "cannot make a volume of group %q from a %s of connection %q: it is not one of the group's members %q, and a volume can be made from a source only within its connection",
+			g.Name, what, id.Connection, g.Members())
+	}
+	m, err := d.opts.Store.Member(ctx, g, i)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	hold(ctx, m)
+	if _, err := d.decide(m, req.GetAccessibilityRequirements()); err != nil {
+		st := status.Convert(err)
+		return nil, status.Errorf(st.Code(), "group %q: the source %s is on member %q, which cannot serve the request: %s", g.Name, what, m.Name, st.Message())
+	}
+	setConnection(ctx, m.Name)
+	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(),
+		"why", fmt.Sprintf("it holds the source %s", what))
+	return m, nil
+}
+
+// offers says what member m offers, for refusals.
+func (d *Driver) offers(m *connection.Connection) string {
+	if m.NodeLocal() {
+		return fmt.Sprintf("node %q only (node-local)", d.opts.NodeID)
+	}
+	return m.Topology(d.opts.Topology).Offers()
+}
+
+// groupCapacity is GetCapacity on group g: the sum of what the members
+// that admit the segment report (0 when none does), so capacity tracking
+// steers the scheduler away from zones whose members are full. A member
+// without GET_CAPACITY counts as unlimited, and so does the sum.
+func (d *Driver) groupCapacity(ctx context.Context, g *connection.Connection, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	var total int64
+	for i := range g.Members() {
+		m, err := d.opts.Store.Member(ctx, g, i)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		hold(ctx, m)
+		resp, err := d.connectionCapacity(ctx, m, req)
+		if err != nil {
+			return nil, err
+		}
+		n := max(resp.GetAvailableCapacity(), 0)
+		if total > math.MaxInt64-n {
+			total = math.MaxInt64
+		} else {
+			total += n
+		}
+	}
+	return &csi.GetCapacityResponse{AvailableCapacity: total}, nil
+}

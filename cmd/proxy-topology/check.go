@@ -178,6 +178,10 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 	produced := producibleKeys(cfg.Topology)
 	var checked []checkResult
 	for _, f := range files {
+		if r, ok := checkGroupFile(f.path, f.name, folder, cfg.Topology.Accessibility()); ok {
+			checked = append(checked, r)
+			continue
+		}
 		r := checkConnection(f.path, cfg.Topology, produced, ownEndpoint)
 		checkNodeLocal(&r, f.path, cfg)
 		checked = append(checked, r)

@@ -41,6 +41,10 @@ type dryRun struct {
 	// is read from Folder, default proxy.configFolder.
 	Connection, Folder   string
 	Requisite, Preferred []string
+	// NodeTerm uses the node's segments as the claim's requisite and
+	// preferred term, as the external-provisioner does in strict
+	// WaitForFirstConsumer mode once the scheduler picked the node.
+	NodeTerm bool
 }
 
 func (d *dryRun) addFlags(fs *pflag.FlagSet) {
@@ -55,6 +59,7 @@ func (d *dryRun) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&d.Folder, "connections-folder", "", "folder with <connection>.yaml; default proxy.configFolder")
 	fs.StringArrayVar(&d.Requisite, "requisite", nil, "requisite term `k=v,k=v` (repeatable; terms are ORed; short keys get the prefix)")
 	fs.StringArrayVar(&d.Preferred, "preferred", nil, "preferred term `k=v,k=v` (repeatable, in order)")
+	fs.BoolVar(&d.NodeTerm, "node-term", false, "use the node's segments as the requisite and preferred term (a strict WaitForFirstConsumer claim scheduled onto this node)")
 }
 
 func newTopologyCommand() *cobra.Command {
@@ -149,6 +154,12 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	res := ev.Evaluate(in)
+	if d.NodeTerm {
+		if len(req.Requisite)+len(req.Preferred) > 0 {
+			return usagef("--node-term and --requisite/--preferred: give one or the other")
+		}
+		req = nodeTerm(res.Segments)
+	}
 	fmt.Fprintf(stdout, "node %q (type %s, prefix %s)\n", in.NodeName, ev.Type(), ev.Prefix())
 	for _, r := range res.Rules {
 		line := fmt.Sprintf("  rule %d  %-8s %s <- %s", r.Index, r.Status, r.Key, r.Source)
@@ -193,6 +204,9 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 		return configErrorf("connection %q: %v", conn, err)
 	}
 	opts := ev.Accessibility()
+	if config.IsGroupFile(data) {
+		return d.dryRunGroup(stdout, src, conn, file, data, req, opts, terms, verdict)
+	}
 	c, _, err := config.ParseConnection(file, data, opts)
 	if err != nil {
 		return configErrorf("connection %q: %v", conn, err)

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/csiclient"
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
+)
+
+// Connection groups (SPEC §11) in `check` and in the topology dry run.
+
+// checkGroupFile checks path if it is a group file (ok false otherwise):
+// the file itself, and each member as the proxy would find it in folder
+// on a call: present, an ordinary connection, loading. A member without
+// topology admits every term, so the members after it are never chosen: a
+// warning unless it is last. A member whose entry an earlier member also
+// serves never gets claims for it: a warning says which member wins.
+func checkGroupFile(path, name, folder string, opts accessible.Options) (checkResult, bool) {
+	r := checkResult{path: path}
+	data, err := os.ReadFile(path)
+	if err != nil || !config.IsGroupFile(data) {
+		return r, false
+	}
+	g, err := config.ParseGroup(path, data)
+	if err != nil {
+		r.errors = flatten(err.Error(), "file "+path+": ")
+		return r, true
+	}
+	if i := g.SelfMember(name); i >= 0 {
+		r.errors = append(r.errors, fmt.Sprintf("group.members[%d]: the group %q lists itself; members must be ordinary connections", i, name))
+	}
+	members := g.Group.Members
+	loaded := make([]*config.Connection, len(members))
+	for i, m := range members {
+		if m == name {
+			continue
+		}
+		key := fmt.Sprintf("group.members[%d]", i)
+		mpath := filepath.Join(folder, m+".yaml")
+		mdata, err := os.ReadFile(mpath)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			r.errors = append(r.errors, fmt.Sprintf("%s: connection %q has no file %s: calls that need it fail until it exists", key, m, mpath))
+			continue
+		case err != nil:
+			r.errors = append(r.errors, fmt.Sprintf("%s: %s: %s", key, m, unwrapPath(err)))
+			continue
+		case config.IsGroupFile(mdata):
+			r.errors = append(r.errors, fmt.Sprintf("%s: %q is itself a group; a group's members must be ordinary connections", key, m))
+			continue
+		}
+		c, _, err := config.ParseConnection(mpath, mdata, opts)
+		if err != nil {
+			r.errors = append(r.errors, fmt.Sprintf("%s: %q does not load (see %s)", key, m, mpath))
+			continue
+		}
+		loaded[i] = c
+	}
+	for i, c := range loaded {
+		if c == nil {
+			continue
+		}
+		key := fmt.Sprintf("group.members[%d]", i)
+		if len(c.Proxy.PerDriver.Topology) == 0 {
+			if i < len(members)-1 {
+				r.warnings = append(r.warnings, fmt.Sprintf("%s: %q declares no topology, so it admits every claim: %s after it %s never chosen; put it last",
+					key, members[i], quoteList(members[i+1:]), plural(len(members)-i-1, "is", "are")))
+			}
+			continue
+		}
+		for k, e := range c.Proxy.PerDriver.Topology {
+			term := &csi.Topology{Segments: map[string]string{}}
+			for rk, rv := range e.Requirements {
+				term.Segments[labels.FullKey(opts.Prefix, rk)] = rv
+			}
+			for j := range i {
+				// A member without topology before it has its own warning.
+				if loaded[j] != nil && len(loaded[j].Proxy.PerDriver.Topology) > 0 && accessible.Compile(loaded[j].Proxy.PerDriver.Topology, opts).Admits(term) {
+					r.warnings = append(r.warnings, fmt.Sprintf("%s: %q serves %s (its proxy.perDriver.topology[%d]), and so does %q (group.members[%d]), which comes first: claims for it go to %q",
+						key, members[i], csiclient.FormatTerms([]*csi.Topology{term}), k, members[j], j, members[j]))
+					break
+				}
+			}
+		}
+	}
+	return r, true
+}
+
+func quoteList(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+// dryRunGroup is the dry run of a CreateVolume on group conn: which member
+// the request reaches and why, then that member's own decision.
+func (d *dryRun) dryRunGroup(stdout io.Writer, src connection.Source, conn, file string, data []byte, req *csi.TopologyRequirement, opts accessible.Options, terms string, verdict error) error {
+	g, err := config.ParseGroup(file, data)
+	if err != nil {
+		return configErrorf("connection %q: %v", conn, err)
+	}
+	fmt.Fprintf(stdout, "group %q (%s):\n%s", conn, file, terms)
+	names := g.Group.Members
+	type member struct {
+		file string
+		cfg  *config.Connection
+		topo *accessible.Compiled
+		err  error
+	}
+	members := make([]*member, len(names))
+	load := func(i int) *member {
+		if members[i] != nil {
+			return members[i]
+		}
+		m := &member{file: src.Describe(names[i])}
+		members[i] = m
+		mdata, err := src.Read(names[i])
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): connection not found: no file %s", conn, names[i], i, m.file)
+		case err != nil:
+			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): %v", conn, names[i], i, err)
+		case names[i] == conn || config.IsGroupFile(mdata):
+			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]) is itself a group; a group's members must be ordinary connections", conn, names[i], i)
+		default:
+			m.cfg, _, err = config.ParseConnection(m.file, mdata, opts)
+			if err != nil {
+				m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): connection file is invalid: %v", conn, names[i], i, err)
+			} else {
+				m.topo = accessible.Compile(m.cfg.Proxy.PerDriver.Topology, opts)
+			}
+		}
+		return m
+	}
+	fail := func(err error) error {
+		st := status.Convert(err)
+		fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())
+		return &exitError{code: exitFailed}
+	}
+	choice, ok, err := accessible.Choose(len(names), func(i int, term *csi.Topology) (bool, error) {
+		m := load(i)
+		if m.err != nil {
+			return false, m.err
+		}
+		return m.topo.Admits(term), nil
+	}, req.GetRequisite(), req.GetPreferred())
+	if err == nil && ok {
+		load(choice.Member)
+	}
+	for i, n := range names {
+		switch m := members[i]; {
+		case m == nil:
+			fmt.Fprintf(stdout, "  member %d %q: not needed\n", i, n)
+		case m.err != nil:
+			msg := status.Convert(m.err).Message()
+			msg = strings.TrimPrefix(msg, fmt.Sprintf("group %q: member %q (group.members[%d])", conn, n, i))
+			fmt.Fprintf(stdout, "  member %d %q: %s\n", i, n, strings.TrimSpace(strings.TrimPrefix(msg, ":")))
+		default:
+			fmt.Fprintf(stdout, "  member %d %q (%s) offers %s\n", i, n, m.file, m.topo.Offers())
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
+		offers := make([]string, len(names))
+		for i := range names {
+			offers[i] = load(i).topo.Offers()
+		}
+		return fail(accessible.NoMemberError(conn, names, offers, req.GetRequisite(), req.GetPreferred()))
+	}
+	m := load(choice.Member)
+	if m.err != nil {
+		return fail(m.err)
+	}
+	fmt.Fprintf(stdout, "  member: %s\n", names[choice.Member])
+	fmt.Fprintf(stdout, "  why: %s\n", choice.Explain(names, req.GetRequisite(), req.GetPreferred()))
+	top, err := accessible.Decide(names[choice.Member], req, m.cfg.Proxy.PerDriver.Topology, opts)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "  CreateVolume: OK on member %q (volume ids v:%s/…)\n", names[choice.Member], names[choice.Member])
+	printAccessible(stdout, top)
+	return verdict
+}
+
+// printAccessible prints a CreateVolume's accessible_topology.
+func printAccessible(stdout io.Writer, top []*csi.Topology) {
+	if top == nil {
+		fmt.Fprintln(stdout, "  accessible_topology: none (reachable from every node)")
+	} else {
+		fmt.Fprintf(stdout, "  accessible_topology: %s\n", csiclient.FormatTerms(top))
+	}
+}
+
+// nodeTerm is the requirement the external-provisioner sends in strict
+// WaitForFirstConsumer mode when the scheduler picked this node: requisite
+// = preferred = the node's segments.
+func nodeTerm(segments map[string]string) *csi.TopologyRequirement {
+	t := &csi.Topology{Segments: maps.Clone(segments)}
+	return &csi.TopologyRequirement{Requisite: []*csi.Topology{t}, Preferred: []*csi.Topology{t}}
+}

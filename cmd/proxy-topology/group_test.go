@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestCheckGroups: check validates group files and their members as the
+// proxy would find them, and says which member wins where members overlap.
+func TestCheckGroups(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "--config", "testdata/check/groups/proxy.yaml", "--connections-folder", "testdata/check/groups/connections",
+		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
+	const d = "testdata/check/groups/connections/"
+	want := `testdata/check/groups/proxy.yaml: ok
+` + d + `anywhere-first.yaml: warning: group.members[1]: "nfs-anywhere" declares no topology, so it admits every claim: "nas-zone3" after it is never chosen; put it last
+` + d + `nas-12.yaml: ok
+` + d + `nas-zone1.yaml: ok
+` + d + `nas-zone2.yaml: ok
+` + d + `nas-zone3.yaml: ok
+` + d + `nested-self.yaml: error: group.members[3]: the group "nested-self" lists itself; members must be ordinary connections; group.members[1]: connection "nas-zone4" has no file ` + d + `nas-zone4.yaml: calls that need it fail until it exists; group.members[2]: "zones" is itself a group; a group's members must be ordinary connections
+` + d + `nfs-anywhere.yaml: ok
+` + d + `overlap.yaml: warning: group.members[1]: "nas-zone2" serves [{org.democratic-csi.topology/zone=zone2}] (its proxy.perDriver.topology[0]), and so does "nas-12" (group.members[0]), which comes first: claims for it go to "nas-12"
+` + d + `with-fallback.yaml: ok
+` + d + `with-topology.yaml: error: proxy: not a key of a group file (driver: group has only group.members; a member's own file holds its endpoint and topology)
+` + d + `zones.yaml: ok
+checked 12 files: 8 ok, 2 with warnings, 2 with errors
+`
+	if code != 1 || stdout.String() != want {
+		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestTopologyGroup: the dry run says which member a request would reach
+// and why, for explicit terms or for a node (--node-term), and why none
+// can.
+func TestTopologyGroup(t *testing.T) {
+	const d = "testdata/check/groups/connections/"
+	base := []string{"--config", "testdata/check/groups/proxy.yaml", "--connections-folder", "testdata/check/groups/connections", "--node-name", "w"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		has  []string
+	}{
+		{name: "a node of zone2", args: []string{"--env", "ZONE=zone2", "--connection", "zones", "--node-term"}, code: 0, has: []string{
+			`group "zones" (` + d + `zones.yaml):`,
+			"  requisite: [{org.democratic-csi.topology/zone=zone2}]\n  preferred: [{org.democratic-csi.topology/zone=zone2}]\n",
+			`  member 0 "nas-zone1" (` + d + `nas-zone1.yaml) offers [{org.democratic-csi.topology/zone=zone1}]`,
+			`  member 2 "nas-zone3": not needed`,
+			"  member: nas-zone2\n",
+			`  why: preferred term 0 {org.democratic-csi.topology/zone=zone2}: member "nas-zone1" does not admit it, member "nas-zone2" does`,
+			`  CreateVolume: OK on member "nas-zone2" (volume ids v:nas-zone2/…)`,
+			"  accessible_topology: [{org.democratic-csi.topology/zone=zone2}]\n",
+		}},
+		{name: "an Immediate claim preferring zone3", code: 0, args: []string{"--env", "ZONE=zone1", "--connection", "zones",
+			"--requisite", "zone=zone1", "--requisite", "zone=zone2", "--requisite", "zone=zone3", "--preferred", "zone=zone3", "--preferred", "zone=zone1"},
+			has: []string{"  member: nas-zone3\n", `member "nas-zone2" does not admit it, member "nas-zone3" does`}},
+		{name: "no requirements", code: 0, args: []string{"--env", "ZONE=zone1", "--connection", "zones"},
+			has: []string{"  member: nas-zone1\n", `  why: no requirements: the first member, "nas-zone1"`}},
+		{name: "a zone no member serves", code: 1, args: []string{"--env", "ZONE=zone4", "--connection", "zones", "--node-term"}, has: []string{
+			`  CreateVolume: ResourceExhausted: topology {org.democratic-csi.topology/zone=zone4} (requisite) is not accessible for any member of group "zones": member "nas-zone1" offers [{org.democratic-csi.topology/zone=zone1}]; member "nas-zone2" offers [{org.democratic-csi.topology/zone=zone2}]; member "nas-zone3" offers [{org.democratic-csi.topology/zone=zone3}]`,
+		}},
+		{name: "a missing member that is needed", code: 1, args: []string{"--env", "ZONE=zone2", "--connection", "nested-self", "--node-term"}, has: []string{
+			`  member 1 "nas-zone4": connection not found: no file ` + d + `nas-zone4.yaml`,
+			`  CreateVolume: FailedPrecondition: group "nested-self": member "nas-zone4" (group.members[1]): connection not found`,
+		}},
+		{name: "a missing member that is not needed", code: 0, args: []string{"--env", "ZONE=zone1", "--connection", "nested-self", "--node-term"},
+			has: []string{"  member: nas-zone1\n", `  member 1 "nas-zone4": not needed`}},
+		{name: "the fallback member without topology", code: 0, args: []string{"--env", "ZONE=zone9", "--connection", "with-fallback", "--node-term"},
+			has: []string{`  member 2 "nfs-anywhere" (` + d + `nfs-anywhere.yaml) offers every node`, "  member: nfs-anywhere\n",
+				"  accessible_topology: [{org.democratic-csi.topology/zone=zone9}]\n"}},
+		{name: "--node-term with terms", code: 2, args: []string{"--env", "ZONE=zone1", "--connection", "zones", "--node-term", "--requisite", "zone=zone1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runTopology(t, append(base, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\n%s%s", code, tc.code, stdout, stderr)
+			}
+			for _, s := range tc.has {
+				if !strings.Contains(stdout, s) {
+					t.Errorf("output lacks %q:\n%s", s, stdout)
+				}
+			}
+		})
+	}
+}

@@ -58,8 +58,8 @@ func (c *cluster) applyFiles(t *testing.T, paths ...string) {
 
 // TestSnapshotRestore is the snapshot part of scenario 5 of issue 14:
 // the snapshot CRDs and the snapshot-controller (with its RBAC) of
-// external-snapshotter, as a cluster would have them, and the real
-// csi-snapshotter of the controller Pod. A snapshot of a bound claim
+// external-snapshotter, as a cluster would have them, the shipped
+// VolumeSnapshotClass, and the real csi-snapshotter of the controller Pod. A snapshot of a bound claim
 // becomes ready through proxy-topology's CreateSnapshot, and a claim
 // restored from it is bound to a new volume of the same connection with
 // the same node affinity.
@@ -93,10 +93,16 @@ func TestSnapshotRestore(t *testing.T) {
 	ctrl := startProcess(t, "snapshot-controller", tools["SNAPSHOT_CONTROLLER"], []string{"--kubeconfig=" + ctrlKC, "--leader-election=false"}, envList(nil))
 	side, _ := sidecar(t, s.run, "csi-snapshotter", "CSI_SNAPSHOTTER")
 
-	class := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata": map[string]any{"name": "e2e-snapshots"}, "driver": driverName, "deletionPolicy": "Delete",
-	}}
+	// The shipped VolumeSnapshotClass (deploy/kubernetes/snapshot-class;
+	// the chart renders the same, TestHelmClassesAndOptions).
+	shipped := decodeObjects(t, run(t, tools["KUSTOMIZE"], "build", "deploy/kubernetes/snapshot-class"))
+	if len(shipped) != 1 || shipped[0].GetKind() != "VolumeSnapshotClass" {
+		t.Fatalf("deploy/kubernetes/snapshot-class: %d objects, want one VolumeSnapshotClass", len(shipped))
+	}
+	class := shipped[0]
+	if d, _, _ := unstructured.NestedString(class.Object, "driver"); d != driverName {
+		t.Fatalf("the shipped VolumeSnapshotClass is for driver %q", d)
+	}
 	if _, err := c.apply(ctx, class, false); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +114,7 @@ func TestSnapshotRestore(t *testing.T) {
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
 		"metadata": map[string]any{"name": "snap", "namespace": modesNamespace},
 		"spec": map[string]any{
-			"volumeSnapshotClassName": "e2e-snapshots",
+			"volumeSnapshotClassName": class.GetName(),
 			"source":                  map[string]any{"persistentVolumeClaimName": src.Name},
 		},
 	}}

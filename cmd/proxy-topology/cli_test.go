@@ -196,7 +196,9 @@ func TestCLINodeCommands(t *testing.T) {
 		t.Skip("bind mounts need root")
 	}
 	base := t.TempDir()
-	s := startServe(t, zoneMain, map[string]string{"zone1": zoneConnection(base) + "  stage: true\n"})
+	// local-hostpath.stage: this test once appended it under proxy:,
+	// where it was silently ignored; an unknown key there now fails.
+	s := startServe(t, zoneMain, map[string]string{"zone1": strings.Replace(zoneConnection(base), "local-hostpath:\n", "local-hostpath:\n  stage: true\n", 1)})
 	_ = s
 	code, out, errOut := runCSI(t, s.Endpoint, "-o", "json", "create-volume", "--name", "pvc-node", "--connection", "zone1")
 	if code != 0 {

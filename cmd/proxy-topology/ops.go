@@ -102,6 +102,13 @@ func (x *ops) watchStore(s *connection.Store) {
 	}
 }
 
+// longID counts an ID returned over the CSI limit (csi.Options.OnLongID).
+func (x *ops) longID(connection, kind string) {
+	if x.m != nil {
+		x.m.LongID(connection, kind)
+	}
+}
+
 func (x *ops) nodeTopology(res nodetopology.Result) {
 	if x.m != nil {
 		x.m.SetNodeTopology(res)

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -233,13 +235,22 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if driver != nil {
-		driver.SetReady(true)
-	}
 	log.Info("serving CSI", "endpoint", o.Endpoint, "name", name, "version", version, "mode", o.Mode, "node_id", o.NodeID)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
+	if driver != nil {
+		// The sidecars wait for Probe to report ready before they read
+		// the capabilities, so the first computation of auto ones comes
+		// first; Probe answers (not ready) meanwhile. Each upstream gets
+		// the capability timeout; one that does not answer adds nothing.
+		driver.RefreshCapabilities(ctx)
+		driver.SetReady(true)
+		watched := make(chan struct{})
+		wctx, cancel := context.WithCancel(ctx)
+		go func() { defer close(watched); driver.WatchCapabilities(wctx, 0) }()
+		defer func() { cancel(); <-watched }()
+	}
 	x.setNotReady("")
 	if o.listening != nil {
 		o.listening(x.addr())
@@ -281,18 +292,29 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		}
 		src = ss
 	}
-	store := connection.NewStore(x.storeOptions(connection.Options{
+	// A connection seen for the first time, or reloaded, may change what
+	// auto capabilities advertise: the driver (made below) is told.
+	var changed atomic.Pointer[pcsi.Driver]
+	so := x.storeOptions(connection.Options{
 		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
-	}))
+	})
+	so.OnLoad = onConnectionChange(so.OnLoad, func() {
+		if d := changed.Load(); d != nil {
+			d.ConnectionsChanged()
+		}
+	})
+	store := connection.NewStore(so)
 	x.watchStore(store)
-	caps, err := pcsi.ResolveCapabilities(cfg.Proxy.Capabilities.Controller, cfg.Proxy.Capabilities.Node, cfg.Proxy.ControllerPublish)
+	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
 	}
 	opts := pcsi.Options{
-		Capabilities: caps,
-		Name:         name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
+		Policy:      &policy,
+		MaxIDLength: cfg.Proxy.MaxIDLength,
+		OnLongID:    x.longID,
+		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
 		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
 	}
@@ -323,7 +345,26 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	} else if names, err := store.List(); err == nil {
 		log.Info("connections", "folder", cfg.Proxy.ConfigFolder, "names", strings.Join(names, ","))
 	}
-	return pcsi.New(opts)
+	d, err := pcsi.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	changed.Store(d)
+	return d, nil
+}
+
+// onConnectionChange chains onLoad (the metrics' hook, may be nil) with
+// changed, called when a connection loads for the first time or reloads.
+func onConnectionChange(onLoad func(string, bool, error), changed func()) func(string, bool, error) {
+	var seen sync.Map
+	return func(name string, reload bool, err error) {
+		if onLoad != nil {
+			onLoad(name, reload, err)
+		}
+		if _, known := seen.LoadOrStore(name, struct{}{}); !known || reload {
+			changed()
+		}
+	}
 }
 
 func formatSegments(m map[string]string) string {

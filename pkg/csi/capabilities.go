@@ -39,18 +39,19 @@ var supportedNode = []csi.NodeServiceCapability_RPC_Type{
 type Capabilities struct {
 	Controller []csi.ControllerServiceCapability_RPC_Type
 	Node       []csi.NodeServiceCapability_RPC_Type
+	// Expansion is the VOLUME_EXPANSION plugin capability; UNKNOWN
+	// advertises none.
+	Expansion csi.PluginCapability_VolumeExpansion_Type
 }
 
-// ResolveCapabilities turns proxy.capabilities into the advertised sets:
-// empty lists mean everything supported; names must be supported ones.
-// Errors name the key path.
+// ResolveCapabilities turns explicit capability lists into the advertised
+// sets: empty lists mean everything supported (and online expansion);
+// names must be supported ones. Errors name the key path. proxy-topology
+// serve uses a Policy instead, where an empty list means auto.
 func ResolveCapabilities(controller, node []string, controllerPublish bool) (Capabilities, error) {
-	ctrl := supportedController
-	if controllerPublish {
-		ctrl = append([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}, ctrl...)
-	}
+	ctrl := implementedController(controllerPublish)
 	var errs []error
-	out := Capabilities{Controller: ctrl, Node: supportedNode}
+	out := Capabilities{Controller: ctrl, Node: supportedNode, Expansion: csi.PluginCapability_VolumeExpansion_ONLINE}
 	if len(controller) > 0 {
 		out.Controller = nil
 		for i, name := range controller {
@@ -81,6 +82,15 @@ func ResolveCapabilities(controller, node []string, controllerPublish bool) (Cap
 	return out, nil
 }
 
+// implementedController is what the proxy can route: supportedController,
+// with PUBLISH_UNPUBLISH_VOLUME first when controller publishing is on.
+func implementedController(controllerPublish bool) []csi.ControllerServiceCapability_RPC_Type {
+	if !controllerPublish {
+		return supportedController
+	}
+	return append([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}, supportedController...)
+}
+
 func publishHint(name string, enabled bool) string {
 	if name == "PUBLISH_UNPUBLISH_VOLUME" && !enabled {
 		return " (set proxy.controllerPublish: true)"
@@ -99,13 +109,17 @@ func containsType[T comparable](list []T, t T) bool {
 
 // advertises reports whether the proxy advertises a controller capability.
 func (d *Driver) advertises(t csi.ControllerServiceCapability_RPC_Type) bool {
-	return containsType(d.caps.Controller, t)
+	return containsType(d.Capabilities().Controller, t)
 }
 
-// ControllerGetCapabilities advertises what the proxy routes.
+// Capabilities returns what the driver advertises now.
+func (d *Driver) Capabilities() Capabilities { return *d.caps.Load() }
+
+// ControllerGetCapabilities advertises what the proxy routes (with a
+// Policy: what its upstreams can do, see RefreshCapabilities).
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, t := range d.caps.Controller {
+	for _, t := range d.Capabilities().Controller {
 		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
@@ -117,7 +131,7 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 // nothing, publish goes without a staging path).
 func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, t := range d.caps.Node {
+	for _, t := range d.Capabilities().Node {
 		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}

@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,9 +94,18 @@ type Options struct {
 	// MaxListPages bounds how many pages one connection's upstream may
 	// return in one listing; 0 means 1000.
 	MaxListPages int
-	// Capabilities are advertised; zero means everything supported
-	// except controller publishing (see ResolveCapabilities).
+	// Capabilities are advertised when Policy is nil; zero means
+	// everything supported except controller publishing, with online
+	// expansion (see ResolveCapabilities).
 	Capabilities Capabilities
+	// Policy, when set, is proxy.capabilities: its auto parts are
+	// computed from the connections' upstreams by RefreshCapabilities
+	// (until the first refresh they advertise nothing), its explicit
+	// parts are advertised as given.
+	Policy *Policy
+	// CapabilityTimeout bounds the capability calls to one upstream in a
+	// refresh; 0 means 5s.
+	CapabilityTimeout time.Duration
 	// MaxIDLength refuses IDs longer than this (proxy.maxIdLength); 0
 	// returns them, warning once per connection (see encodeID).
 	MaxIDLength int
@@ -114,11 +124,18 @@ type Driver struct {
 	csi.UnimplementedNodeServer
 
 	opts  Options
-	caps  Capabilities
+	caps  atomic.Pointer[Capabilities]
 	log   *slog.Logger
 	ready atomic.Bool
 
 	longIDs longIDs
+
+	// refreshMu serialises capability refreshes; refreshed says whether
+	// one has completed (growth is warned about only after it);
+	// refreshKick asks WatchCapabilities for one now.
+	refreshMu   sync.Mutex
+	refreshed   bool
+	refreshKick chan struct{}
 }
 
 // New returns a driver; it reports ready to Probe once SetReady is called.
@@ -146,11 +163,19 @@ func New(opts Options) (*Driver, error) {
 	if opts.MaxListPages <= 0 {
 		opts.MaxListPages = defaultMaxListPages
 	}
+	if opts.CapabilityTimeout <= 0 {
+		opts.CapabilityTimeout = defaultCapabilityTimeout
+	}
 	caps := opts.Capabilities
 	if caps.Controller == nil && caps.Node == nil {
 		caps, _ = ResolveCapabilities(nil, nil, false)
 	}
-	return &Driver{opts: opts, caps: caps, log: opts.Log}, nil
+	if opts.Policy != nil {
+		caps = opts.Policy.Aggregate(nil)
+	}
+	d := &Driver{opts: opts, log: opts.Log, refreshKick: make(chan struct{}, 1)}
+	d.caps.Store(&caps)
+	return d, nil
 }
 
 // SetReady makes Probe report ready.

@@ -12,18 +12,23 @@ func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 	return &csi.GetPluginInfoResponse{Name: d.opts.Name, VendorVersion: d.opts.Version}, nil
 }
 
-// GetPluginCapabilities advertises the controller service, topology and
-// online expansion.
+// GetPluginCapabilities advertises the controller service and topology,
+// which are the proxy's own, and volume expansion as Capabilities says
+// (with a Policy: online if some upstream expands online, else offline if
+// some upstream expands offline, else none).
 func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
+	resp := &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
 		svc(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 		svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
-			Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
-	}}, nil
+	}}
+	if e := d.Capabilities().Expansion; e != csi.PluginCapability_VolumeExpansion_UNKNOWN {
+		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: e}}})
+	}
+	return resp, nil
 }
 
 // Probe answers from memory only: a liveness probe must not depend on any

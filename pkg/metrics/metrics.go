@@ -57,6 +57,7 @@ type Metrics struct {
 	loads           *prometheus.CounterVec
 	reloads         *prometheus.CounterVec
 	loadFailures    *prometheus.CounterVec
+	longIDs         *prometheus.CounterVec
 	rules           *prometheus.GaugeVec
 	segments        prometheus.Gauge
 	build           *prometheus.GaugeVec
@@ -102,6 +103,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "connection_load_failures_total",
 			Help: "Loads that failed: the file does not parse or validate, or its upstream cannot be set up.",
 		}, []string{"connection"}),
+		longIDs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "long_ids_total",
+			Help: "Volume and snapshot IDs returned longer than the CSI limit of 128 bytes (proxy.maxIdLength unset), by connection and kind (volume, snapshot).",
+		}, []string{"connection", "kind"}),
 		rules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "node_topology_rule",
 			Help: "1 for the status each node topology rule had at start-up (rule=\"base\" is the segment of nodeTopology.type).",
@@ -116,7 +121,7 @@ func New() *Metrics {
 		}, []string{"version", "csi_name", "mode"}),
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcSeconds, m.upstreams, m.upstreamSeconds,
-		m.loads, m.reloads, m.loadFailures, m.build,
+		m.loads, m.reloads, m.loadFailures, m.longIDs, m.build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -158,6 +163,12 @@ func (m *Metrics) ObserveUpstream(connection, endpoint, method string, code code
 	conn := m.connection(connection)
 	m.upstreams.WithLabelValues(conn, endpoint, method, code.String()).Inc()
 	m.upstreamSeconds.WithLabelValues(conn, endpoint, method).Observe(d.Seconds())
+}
+
+// LongID counts one ID returned over the CSI limit; it has the signature
+// of csi.Options.OnLongID. kind is "volume" or "snapshot".
+func (m *Metrics) LongID(connection, kind string) {
+	m.longIDs.WithLabelValues(m.connection(connection), kind).Inc()
 }
 
 // UpstreamObserver adapts ObserveUpstream to upstream.Pool.SetObserver;

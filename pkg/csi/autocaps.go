@@ -1,0 +1,380 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+// Kubernetes sidecars read capabilities once at start-up and act on them
+// for every volume, so advertising what no upstream can do turns into a
+// stream of failed calls (SPEC §6). proxy.capabilities: auto advertises,
+// per service, what the proxy implements intersected with the union of
+// what the connections' upstreams advertise. It never advertises what it
+// could not confirm: an upstream that cannot be asked contributes nothing
+// until a later refresh reaches it (and then a warning says the sidecars
+// must be restarted to see what grew), and with no connection at all only
+// the proxy's own plugin capabilities (CONTROLLER_SERVICE and
+// VOLUME_ACCESSIBILITY_CONSTRAINTS) are advertised.
+
+// defaultCapabilityTimeout bounds the calls to one upstream in a refresh.
+const defaultCapabilityTimeout = 5 * time.Second
+
+// refreshWorkers is how many upstreams a refresh asks at once, so one that
+// hangs costs its timeout once, not once per connection after it.
+const refreshWorkers = 8
+
+// Policy is proxy.capabilities resolved: a nil list (or nil Expansion) is
+// computed from the upstreams; a given one is advertised as it is.
+type Policy struct {
+	Controller []csi.ControllerServiceCapability_RPC_Type
+	Node       []csi.NodeServiceCapability_RPC_Type
+	Expansion  *csi.PluginCapability_VolumeExpansion_Type
+	// ControllerPublish adds PUBLISH_UNPUBLISH_VOLUME to what the proxy
+	// implements (proxy.controllerPublish).
+	ControllerPublish bool
+}
+
+// NewPolicy resolves proxy.capabilities. Errors name the key path.
+func NewPolicy(c config.Capabilities, controllerPublish bool) (Policy, error) {
+	p := Policy{ControllerPublish: controllerPublish}
+	if len(c.Controller) > 0 || len(c.Node) > 0 {
+		explicit, err := ResolveCapabilities(c.Controller, c.Node, controllerPublish)
+		if err != nil {
+			return Policy{}, err
+		}
+		if len(c.Controller) > 0 {
+			p.Controller = explicit.Controller
+		}
+		if len(c.Node) > 0 {
+			p.Node = explicit.Node
+		}
+	}
+	var e csi.PluginCapability_VolumeExpansion_Type
+	switch c.VolumeExpansion {
+	case "":
+		return p, nil
+	case config.ExpansionOnline:
+		e = csi.PluginCapability_VolumeExpansion_ONLINE
+	case config.ExpansionOffline:
+		e = csi.PluginCapability_VolumeExpansion_OFFLINE
+	case config.ExpansionNone:
+		e = csi.PluginCapability_VolumeExpansion_UNKNOWN
+	default:
+		return Policy{}, fmt.Errorf("proxy.capabilities.volumeExpansion: %q is not one of online, offline, none", c.VolumeExpansion)
+	}
+	p.Expansion = &e
+	return p, nil
+}
+
+// Auto says whether any part of the policy is computed from upstreams.
+func (p Policy) Auto() bool {
+	return p.Controller == nil || p.Node == nil || p.Expansion == nil
+}
+
+// UpstreamCaps is what one upstream advertises.
+type UpstreamCaps struct {
+	Controller []csi.ControllerServiceCapability_RPC_Type
+	Node       []csi.NodeServiceCapability_RPC_Type
+	Expansion  csi.PluginCapability_VolumeExpansion_Type
+}
+
+// Aggregate is what the proxy advertises when ups are the capabilities of
+// the upstreams that could be asked: the explicit parts of p as they are,
+// the others the proxy's implemented set (in its order) filtered by the
+// union of ups.
+func (p Policy) Aggregate(ups []UpstreamCaps) Capabilities {
+	ctrl := map[csi.ControllerServiceCapability_RPC_Type]bool{}
+	node := map[csi.NodeServiceCapability_RPC_Type]bool{}
+	expansion := csi.PluginCapability_VolumeExpansion_UNKNOWN
+	for _, u := range ups {
+		for _, t := range u.Controller {
+			ctrl[t] = true
+		}
+		for _, t := range u.Node {
+			node[t] = true
+		}
+		switch {
+		case u.Expansion == csi.PluginCapability_VolumeExpansion_ONLINE:
+			expansion = u.Expansion
+		case u.Expansion == csi.PluginCapability_VolumeExpansion_OFFLINE && expansion == csi.PluginCapability_VolumeExpansion_UNKNOWN:
+			expansion = u.Expansion
+		}
+	}
+	out := Capabilities{Controller: p.Controller, Node: p.Node, Expansion: expansion}
+	if p.Controller == nil {
+		out.Controller = []csi.ControllerServiceCapability_RPC_Type{}
+		for _, t := range implementedController(p.ControllerPublish) {
+			if ctrl[t] {
+				out.Controller = append(out.Controller, t)
+			}
+		}
+	}
+	if p.Node == nil {
+		out.Node = []csi.NodeServiceCapability_RPC_Type{}
+		for _, t := range supportedNode {
+			if node[t] {
+				out.Node = append(out.Node, t)
+			}
+		}
+	}
+	if p.Expansion != nil {
+		out.Expansion = *p.Expansion
+	}
+	return out
+}
+
+// Unconfirmed is a connection whose upstream could not be asked in a
+// refresh (or whose file does not load); it contributed nothing.
+type Unconfirmed struct {
+	Connection string
+	Err        error
+}
+
+// AskClients asks an upstream for its capabilities: controller ones from
+// ctrl (nil: not asked), node ones from node (nil: not asked), the plugin's
+// expansion from whichever is set. An upstream that answers UNIMPLEMENTED
+// for a service has none of its capabilities (a node-only driver); any
+// other error means nothing could be confirmed.
+func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps, error) {
+	var out UpstreamCaps
+	unimplemented := func(err error) bool { return status.Code(err) == codes.Unimplemented }
+	id := ctrl
+	if id == nil {
+		id = node
+	}
+	if id != nil {
+		resp, err := id.Identity.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+		if err != nil && !unimplemented(err) {
+			return UpstreamCaps{}, fmt.Errorf("GetPluginCapabilities: %w", err)
+		}
+		for _, c := range resp.GetCapabilities() {
+			if e := c.GetVolumeExpansion(); e != nil {
+				out.Expansion = e.GetType()
+			}
+		}
+	}
+	if ctrl != nil {
+		resp, err := ctrl.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		if err != nil && !unimplemented(err) {
+			return UpstreamCaps{}, fmt.Errorf("ControllerGetCapabilities: %w", err)
+		}
+		for _, c := range resp.GetCapabilities() {
+			out.Controller = append(out.Controller, c.GetRpc().GetType())
+		}
+	}
+	if node != nil {
+		resp, err := node.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+		if err != nil && !unimplemented(err) {
+			return UpstreamCaps{}, fmt.Errorf("NodeGetCapabilities: %w", err)
+		}
+		for _, c := range resp.GetCapabilities() {
+			out.Node = append(out.Node, c.GetRpc().GetType())
+		}
+	}
+	return out, nil
+}
+
+// RefreshCapabilities recomputes the auto parts of Options.Policy from
+// every connection's upstream and advertises the result. It logs what
+// changed: growth after the first refresh is a warning, because the
+// sidecars read capabilities once and must be restarted to use it. It
+// returns the new set and the connections that could not be asked. Without
+// a Policy, or with nothing auto, it asks nothing.
+func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Unconfirmed) {
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	p := d.opts.Policy
+	if p == nil || !p.Auto() {
+		return d.Capabilities(), nil
+	}
+	ups, unconfirmed := d.askConnections(ctx)
+	next := p.Aggregate(ups)
+	prev := d.Capabilities()
+	d.caps.Store(&next)
+	for _, u := range unconfirmed {
+		d.log.WarnContext(ctx, "capabilities: connection could not be asked; it adds nothing to what is advertised until it answers",
+			"connection", u.Connection, "error", u.Err)
+	}
+	added, removed := capsDiff(prev, next)
+	first := !d.refreshed
+	d.refreshed = true
+	switch {
+	case first:
+		d.log.InfoContext(ctx, "advertised capabilities (proxy.capabilities: auto)", "controller", typeNames(next.Controller),
+			"node", typeNames(next.Node), "volume_expansion", next.Expansion.String(), "connections_asked", len(ups), "unconfirmed", len(unconfirmed))
+	case len(added) > 0:
+		d.log.WarnContext(ctx, "advertised capabilities grew; the CSI sidecars read them once at start-up, so restart them (external-provisioner, -resizer, -snapshotter, -attacher, -health-monitor) to use what was added",
+			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))
+	case len(removed) > 0:
+		d.log.WarnContext(ctx, "advertised capabilities shrank; sidecars started earlier still use the old set, and their calls for what was removed fail per connection",
+			"removed", strings.Join(removed, ","))
+	}
+	return next, unconfirmed
+}
+
+// askConnections asks the upstream of every connection, each shared
+// client once, refreshWorkers at a time.
+func (d *Driver) askConnections(ctx context.Context) ([]UpstreamCaps, []Unconfirmed) {
+	names, err := d.opts.Store.List()
+	if err != nil {
+		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err)}}
+	}
+	type result struct {
+		caps UpstreamCaps
+		err  error
+	}
+	var (
+		mu       sync.Mutex
+		byClient = map[[2]*upstream.Client]*result{}
+		ups      []UpstreamCaps
+		bad      []Unconfirmed
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, refreshWorkers)
+	)
+	for _, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, d.opts.CapabilityTimeout)
+			defer cancel()
+			c, err := d.opts.Store.Get(cctx, name)
+			if err != nil {
+				mu.Lock()
+				bad = append(bad, Unconfirmed{Connection: name, Err: err})
+				mu.Unlock()
+				return
+			}
+			defer c.Release()
+			var ctrl, node *upstream.Client
+			if d.opts.Mode != ModeNode {
+				ctrl = c.Controller
+			}
+			if d.opts.Mode != ModeController {
+				node = c.Node
+			}
+			key := [2]*upstream.Client{ctrl, node}
+			mu.Lock()
+			r, asked := byClient[key]
+			if !asked {
+				r = &result{}
+				byClient[key] = r
+			}
+			mu.Unlock()
+			if !asked {
+				caps, err := AskClients(upstream.WithConnection(cctx, name), ctrl, node)
+				mu.Lock()
+				r.caps, r.err = caps, err
+				mu.Unlock()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if asked {
+				return // counted once, under the connection that asked
+			}
+			if r.err != nil {
+				bad = append(bad, Unconfirmed{Connection: name, Err: fmt.Errorf("upstream %s: %w", c.Controller.Target, r.err)})
+				return
+			}
+			ups = append(ups, r.caps)
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(bad, func(a, b Unconfirmed) int { return strings.Compare(a.Connection, b.Connection) })
+	return ups, bad
+}
+
+// WatchCapabilities refreshes the capabilities every interval, and soon
+// after ConnectionsChanged is called (at most once per minGap), until ctx
+// ends. interval 0 means one minute.
+func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
+	if d.opts.Policy == nil || !d.opts.Policy.Auto() {
+		return
+	}
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	const minGap = 5 * time.Second
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last time.Time // the first kick refreshes at once
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-d.refreshKick:
+			if wait := minGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
+		d.RefreshCapabilities(ctx)
+		last = time.Now()
+	}
+}
+
+// ConnectionsChanged asks WatchCapabilities for a refresh; it never
+// blocks (the connection store calls it while loading a file).
+func (d *Driver) ConnectionsChanged() {
+	select {
+	case d.refreshKick <- struct{}{}:
+	default:
+	}
+}
+
+func typeNames[T fmt.Stringer](ts []T) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ",")
+}
+
+// capsDiff names what next advertises that prev did not, and the reverse.
+func capsDiff(prev, next Capabilities) (added, removed []string) {
+	diffList := func(a, b []string, prefix string) {
+		for _, x := range b {
+			if !slices.Contains(a, x) {
+				added = append(added, prefix+x)
+			}
+		}
+		for _, x := range a {
+			if !slices.Contains(b, x) {
+				removed = append(removed, prefix+x)
+			}
+		}
+	}
+	names := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	diffList(names(typeNames(prev.Controller)), names(typeNames(next.Controller)), "controller:")
+	diffList(names(typeNames(prev.Node)), names(typeNames(next.Node)), "node:")
+	if prev.Expansion != next.Expansion {
+		if next.Expansion == csi.PluginCapability_VolumeExpansion_UNKNOWN {
+			removed = append(removed, "expansion:"+prev.Expansion.String())
+		} else {
+			// OFFLINE to ONLINE, or none to either: the resizer may do more.
+			added = append(added, "expansion:"+next.Expansion.String())
+		}
+	}
+	return added, removed
+}

@@ -157,7 +157,10 @@ func TestCheckExamples(t *testing.T) {
 ../../examples/connections/local-zone1.yaml: ok
 ../../examples/connections/nfs-cluster.yaml: ok
 ../../examples/connections/nfs-zone1.yaml: ok
-checked 6 files: 4 ok, 2 with warnings, 0 with errors
+../../examples/connections/nfs-zone2.yaml: ok
+../../examples/connections/nfs-zone3.yaml: ok
+../../examples/connections/nfs-zones.yaml: ok
+checked 9 files: 7 ok, 2 with warnings, 0 with errors
 `
 	if code != 0 || stdout.String() != want {
 		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)

@@ -53,6 +53,12 @@ func TestExampleConnections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if IsGroupFile(data) {
+				if _, err := ParseGroup(f, data); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
 			// Under every node topology type: an example must not depend
 			// on one.
 			for _, typ := range []string{nodetopology.TypeCluster, nodetopology.TypeNode, nodetopology.TypeZone} {

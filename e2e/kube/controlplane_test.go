@@ -26,8 +26,9 @@ import (
 // attach/detach controller, which makes VolumeAttachments for drivers with
 // attachRequired on nodes annotated as controller-managed (TestAttach; the
 // deployed driver does not require attachment, so it never acts for the
-// other tests). Nothing that needs a kubelet: no node lifecycle (it would
-// mark the fake nodes NotReady), no DaemonSets.
+// other tests), and the StatefulSet controller, which makes the claims
+// and pods of TestGroupStatefulSet. Nothing that needs a kubelet: no node
+// lifecycle (it would mark the fake nodes NotReady), no DaemonSets.
 var kcmControllers = []string{
 	"persistentvolume-binder-controller",
 	"persistentvolume-expander-controller",
@@ -38,6 +39,7 @@ var kcmControllers = []string{
 	"deployment-controller",
 	"replicaset-controller",
 	"persistentvolume-attach-detach-controller",
+	"statefulset-controller",
 }
 
 var (

@@ -54,6 +54,21 @@ func TestOperatorCSIDriverDeployment(t *testing.T) {
 		}
 	}
 
+	// Mode 3 needs --strict-topology=true: the controller template carries
+	// a provisioner with the flags of deploy/kubernetes' controller.
+	cs, _, _ := unstructured.NestedSlice(spec, "driverControllerTemplate", "spec", "containers")
+	var provArgs []string
+	for _, c := range cs {
+		if m := c.(map[string]any); m["name"] == "csi-provisioner" {
+			provArgs = strs(m["args"])
+		}
+	}
+	for _, f := range []string{"--csi-address=/run/csi/csi.sock", "--feature-gates=Topology=true", "--strict-topology=true", "--immediate-topology=false", "--enable-capacity", "--leader-election"} {
+		if !contains(provArgs, f) {
+			t.Errorf("driverControllerTemplate: the csi-provisioner lacks %s: %v", f, provArgs)
+		}
+	}
+
 	// The three StorageClass modes, the same as deploy/kubernetes'.
 	scts, _, _ := unstructured.NestedSlice(spec, "storageClassTemplates")
 	var got []map[string]any
@@ -142,7 +157,15 @@ func operatorWrap(t *testing.T, spec map[string]any, field, kind, driver string)
 	first := containers[0].(map[string]any)
 	mounts, _ := first["volumeMounts"].([]any)
 	volumes, _ := podSpec["volumes"].([]any)
-	mounts = append(mounts, map[string]any{"name": "csi-socket", "mountPath": "/run/csi"})
+	// The socket directory: unless the template already shares it (the
+	// controller template does, with its own provisioner).
+	shared := false
+	for _, m := range mounts {
+		shared = shared || m.(map[string]any)["mountPath"] == "/run/csi"
+	}
+	if !shared {
+		mounts = append(mounts, map[string]any{"name": "csi-socket", "mountPath": "/run/csi"})
+	}
 	if kind == "DaemonSet" {
 		mounts = append(mounts, map[string]any{"name": "kubelet-dir", "mountPath": "/var/lib/kubelet", "mountPropagation": "Bidirectional"})
 		volumes = append(volumes,
@@ -154,7 +177,7 @@ func operatorWrap(t *testing.T, spec map[string]any, field, kind, driver string)
 			"args":         []any{"--csi-address=/run/csi/csi.sock", "--kubelet-registration-path=/var/lib/kubelet/plugins/" + driver + "/csi.sock"},
 			"volumeMounts": []any{map[string]any{"name": "csi-socket", "mountPath": "/run/csi"}, map[string]any{"name": "registration-dir", "mountPath": "/registration"}},
 		})
-	} else {
+	} else if !shared {
 		volumes = append(volumes, map[string]any{"name": "csi-socket", "emptyDir": map[string]any{}})
 		containers = append(containers, map[string]any{
 			"name": "csi-provisioner", "image": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",

@@ -28,20 +28,16 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 }
 
 // NodeStageVolume forwards to upstreams that stage and succeeds without a
-// call for those that do not.
+// call for those that do not (checking the request itself then, since it
+// answers).
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
-	}
-	if req.GetStagingTargetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	fields := []field{
+		{"staging_target_path", req.GetStagingTargetPath() == ""},
+		{"volume_capability", req.GetVolumeCapability() == nil},
 	}
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err, fields...)
 	}
 	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
@@ -49,6 +45,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	if !stages {
+		if err := missing(fields...); err != nil {
+			return nil, err
+		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	out := outbound(req)
@@ -60,15 +59,13 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // NodeUnstageVolume mirrors NodeStageVolume; an ID the proxy never made has
 // nothing staged.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	if req.GetStagingTargetPath() == "" && req.GetVolumeId() != "" {
-		return nil, status.Error(codes.InvalidArgument, "staging_target_path is required")
-	}
+	path := field{"staging_target_path", req.GetStagingTargetPath() == ""}
 	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
 	if t == nil {
-		return &csi.NodeUnstageVolumeResponse{}, nil
+		return unstaged(path)
 	}
 	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
@@ -76,28 +73,29 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	if !stages {
-		return &csi.NodeUnstageVolumeResponse{}, nil
+		return unstaged(path)
 	}
 	out := outbound(req)
 	out.VolumeId = t.handle
 	return forward(ctx, c, c.Node, "NodeUnstageVolume", out, c.Node.Node.NodeUnstageVolume)
 }
 
+// unstaged answers a NodeUnstageVolume the proxy answers itself.
+func unstaged(path field) (*csi.NodeUnstageVolumeResponse, error) {
+	if err := missing(path); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
 // NodePublishVolume forwards; for an upstream that does not stage, the
 // staging path the CO sent is dropped, since nothing was staged there.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
-	}
-	if req.GetTargetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is required")
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
-	}
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err,
+			field{"target_path", req.GetTargetPath() == ""},
+			field{"volume_capability", req.GetVolumeCapability() == nil})
 	}
 	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
@@ -116,14 +114,14 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 // NodeUnpublishVolume routes by ID; an ID the proxy never made has nothing
 // published.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	if req.GetTargetPath() == "" && req.GetVolumeId() != "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is required")
-	}
 	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
 	if t == nil {
+		if err := missing(field{"target_path", req.GetTargetPath() == ""}); err != nil {
+			return nil, err
+		}
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	c := t.conn
@@ -134,12 +132,9 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 
 // NodeGetVolumeStats routes by ID.
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
-	}
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err, field{"volume_path", req.GetVolumePath() == ""})
 	}
 	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS, "NodeGetVolumeStats"); err != nil {
@@ -155,12 +150,9 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 
 // NodeExpandVolume routes by ID.
 func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
-	if req.GetVolumeId() != "" && req.GetVolumePath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
-	}
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err, field{"volume_path", req.GetVolumePath() == ""})
 	}
 	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME, "NodeExpandVolume"); err != nil {
@@ -187,4 +179,42 @@ func upstreamStagingPath(ctx context.Context, c *connection.Connection, path str
 		return "", err
 	}
 	return path, nil
+}
+
+// What the proxy checks in a request. A call it forwards is checked for
+// nothing but what routing needs (the ID): every other field, REQUIRED or
+// not, is the upstream's to judge, and its answer stands, so the proxy
+// adds no check the upstream does not make. A call the proxy answers
+// itself (an ID it never made, staging it emulates, a publish the upstream
+// does not need) is checked as the CSI spec asks of any driver: a missing
+// REQUIRED field is INVALID_ARGUMENT, before NOT_FOUND, in the order
+// csi-sanity expects.
+
+// field is a REQUIRED request field and whether it is empty.
+type field struct {
+	name  string
+	empty bool
+}
+
+// missing returns INVALID_ARGUMENT naming the first empty field, or nil.
+func missing(fields ...field) error {
+	for _, f := range fields {
+		if f.empty {
+			return status.Errorf(codes.InvalidArgument, "%s is required", f.name)
+		}
+	}
+	return nil
+}
+
+// orMissing is the answer to a call whose ID could not be routed: an ID the
+// proxy never made (NOT_FOUND) still loses to a missing REQUIRED field,
+// as it would at a driver that checks its arguments before it looks the
+// volume up. Any other routing error is returned as it is.
+func orMissing(err error, fields ...field) error {
+	if status.Code(err) == codes.NotFound {
+		if m := missing(fields...); m != nil {
+			return m
+		}
+	}
+	return err
 }

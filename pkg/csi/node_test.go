@@ -234,10 +234,13 @@ func TestNodeGetInfo(t *testing.T) {
 	}
 }
 
-// TestNodeValidation: a request missing a required field is refused with
-// INVALID_ARGUMENT naming the field, before any upstream is asked.
+// TestNodeValidation: a request the proxy answers itself (here: an ID it
+// never made) missing a required field is refused with INVALID_ARGUMENT
+// naming the field, before NOT_FOUND and without asking any upstream. A
+// request it can route goes to the upstream whatever it lacks
+// (forwarded_fields_test.go).
 func TestNodeValidation(t *testing.T) {
-	const id = "v:a/vol-1"
+	const id = "not-made-by-the-proxy"
 	tests := []struct {
 		name  string
 		call  func(context.Context, csi.NodeClient) error

@@ -16,32 +16,38 @@ const MaxNodeIDLength = 256
 
 // ControllerPublishVolume forwards with node_id translated by the
 // connection's nodeId.template. An upstream without controller publishing
-// needs no attach step, so the call succeeds with an empty context.
+// needs no attach step, so the call succeeds with an empty context (the
+// proxy answers, so it checks the request; see missing).
 func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	if !d.advertises(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME) {
 		return nil, status.Error(codes.Unimplemented, "controller publishing is off (proxy.controllerPublish)")
 	}
-	if req.GetNodeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "node_id is required")
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	fields := []field{
+		{"node_id", req.GetNodeId() == ""},
+		{"volume_capability", req.GetVolumeCapability() == nil},
 	}
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err, fields...)
 	}
 	c := t.conn
-	nodeID, err := upstreamNodeID(c, req.GetNodeId())
-	if err != nil {
-		return nil, err
-	}
 	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
+		if err := missing(fields...); err != nil {
+			return nil, err
+		}
 		return &csi.ControllerPublishVolumeResponse{}, nil
+	}
+	// An empty node_id goes on empty, for the upstream to refuse: a
+	// template would render it into a node id that looks valid.
+	var nodeID string
+	if req.GetNodeId() != "" {
+		if nodeID, err = upstreamNodeID(c, req.GetNodeId()); err != nil {
+			return nil, err
+		}
 	}
 	out := outbound(req)
 	out.VolumeId, out.NodeId = t.handle, nodeID

@@ -14,12 +14,9 @@ import (
 // CreateSnapshot routes by the source volume and wraps the snapshot ID,
 // deleting the upstream snapshot if its ID cannot be handed back.
 func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
 	t, err := d.routeVolume(ctx, "source_volume_id", req.GetSourceVolumeId())
 	if err != nil {
-		return nil, err
+		return nil, orMissing(err, field{"name", req.GetName() == ""})
 	}
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, "CreateSnapshot"); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -29,15 +27,12 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	return forward(ctx, c, c.Controller, "DeleteVolume", out, c.Controller.Controller.DeleteVolume)
 }
 
-// ValidateVolumeCapabilities routes by ID and reports the request's own
-// parameters as confirmed (the upstream never saw the connection one).
+// ValidateVolumeCapabilities routes by ID and confirms, of the request's
+// parameters, what the upstream confirmed (see confirmedParameters).
 func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
+		return nil, orMissing(err, field{"volume_capabilities", len(req.GetVolumeCapabilities()) == 0})
 	}
 	c := t.conn
 	out := outbound(req)
@@ -49,9 +44,34 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 		return nil, err
 	}
 	if conf := resp.GetConfirmed(); conf != nil {
-		conf.Parameters = req.GetParameters()
+		conf.Parameters = confirmedParameters(c.Name, req.GetParameters(), conf.GetParameters())
 	}
 	return resp, nil
+}
+
+// confirmedParameters is what the proxy confirms of the CO's parameters:
+// those the upstream confirmed with the same value, and the connection
+// parameter when it names the volume's own connection (the one check the
+// proxy makes). The CO compares confirmed.parameters with what it sent, so
+// echoing the request would claim a validation the upstream never made,
+// and the connection defaults the upstream was sent besides were never the
+// CO's to see.
+func confirmedParameters(conn string, sent, upstream map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range sent {
+		ok := upstream[k] == v && k != ConnectionParameter
+		if k == ConnectionParameter {
+			ok = v == conn
+		}
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(sent))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // ControllerGetVolume routes by ID and decorates the volume with the
@@ -85,10 +105,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
-		return nil, err
-	}
-	if req.GetCapacityRange() == nil {
-		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
+		return nil, orMissing(err, field{"capacity_range", req.GetCapacityRange() == nil})
 	}
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME, "ControllerExpandVolume"); err != nil {
@@ -100,14 +117,15 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	return forward(ctx, c, c.Controller, "ControllerExpandVolume", out, c.Controller.Controller.ControllerExpandVolume)
 }
 
-// ControllerModifyVolume forwards mutable_parameters by volume ID.
+// ControllerModifyVolume forwards by volume ID, mutable_parameters as the
+// CO sent them: whether an empty map is valid is the upstream's to say
+// (csi-driver-host-path refuses it, aws-ebs-csi-driver accepts it), and a
+// VolumeAttributesClass may hold any key, "connection" too (only
+// StorageClass parameters carry the proxy's).
 func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
-	}
-	if len(req.GetMutableParameters()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are required")
 	}
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME, "ControllerModifyVolume"); err != nil {
@@ -115,7 +133,6 @@ func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	}
 	out := outbound(req)
 	out.VolumeId = t.handle
-	out.MutableParameters = mergeParameters(nil, req.GetMutableParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
 	return forward(ctx, c, c.Controller, "ControllerModifyVolume", out, c.Controller.Controller.ControllerModifyVolume)
 }

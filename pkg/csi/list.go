@@ -12,7 +12,6 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // A list token says where a listing stopped: which connection, and the
@@ -110,12 +109,15 @@ func (p *pager) next(tok string) error {
 // fanOut lists across connections in name order, each upstream's pages in
 // turn, honouring maxEntries across connection boundaries.
 //
-// Connections that share an upstream client (same endpoint or base path)
-// are listed once, under the first such name: listing them all would show
-// every volume several times under different IDs. A connection whose file
-// does not load is logged and skipped; an upstream without the capability
-// is skipped; an upstream that fails fails the call, because a silently
-// shortened list would read as "these volumes are gone".
+// Connections that share an upstream (same endpoint or base path) are each
+// listed, so an upstream volume appears once per such connection, each time
+// under that connection's ID: a Kubernetes consumer looks a PV's handle up
+// in the list, and a PV made through any of them carries that one's ID. A
+// connection whose file does not load is logged and skipped; an upstream
+// without the capability is skipped; an upstream that fails or cannot be
+// reached fails the call with an error naming it, because a silently
+// shortened list reads as "these volumes are gone" (the external-attacher
+// re-attaches every volume it misses; docs/operations.md, "Listings").
 //
 // Every listing is bounded: by Options.ListTimeout as a whole, and per
 // connection by Options.MaxListPages and by a next_token repeated; each
@@ -135,7 +137,6 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ListTimeout)
 	defer cancel()
-	seen := map[*upstream.Client]bool{}
 	var out []T
 	for i, name := range names {
 		if err := ctx.Err(); err != nil {
@@ -147,12 +148,8 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 			continue
 		}
 		hold(ctx, c)
-		if seen[c.Controller] {
-			continue
-		}
-		seen[c.Controller] = true
 		if name < startConn {
-			continue // listed on an earlier page; kept in seen for de-duplication
+			continue // listed on an earlier page
 		}
 		ok, err := controllerHas(ctx, c, capability)
 		if err != nil {

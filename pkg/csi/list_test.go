@@ -315,9 +315,10 @@ func TestListVolumesBrokenConnection(t *testing.T) {
 	}
 }
 
-// TestListVolumesSharedEndpoint: two connections to one upstream would show
-// each volume twice under two IDs; it is listed once, under the first name,
-// on every page size.
+// TestListVolumesSharedEndpoint: two connections to one upstream list its
+// volumes under each of them (a PV made through either carries that one's
+// ID, and consumers look it up in the list), with each connection's
+// topology, on every page size.
 func TestListVolumesSharedEndpoint(t *testing.T) {
 	for _, max := range []int32{0, 1, 2} {
 		t.Run(fmt.Sprintf("max_entries=%d", max), func(t *testing.T) {
@@ -331,7 +332,7 @@ func TestListVolumesSharedEndpoint(t *testing.T) {
 			for _, page := range listAllVolumes(t, p, max) {
 				got = append(got, volumeIDs(page)...)
 			}
-			if d := diff([]string{"v:x/s1", "v:x/s2", "v:y/o1"}, got); d != "" {
+			if d := diff([]string{"v:x/s1", "v:x/s2", "v:y/o1", "v:z/s1", "v:z/s2"}, got); d != "" {
 				t.Errorf("volumes (-want +got):\n%s", d)
 			}
 		})

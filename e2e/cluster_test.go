@@ -32,8 +32,9 @@ const (
 	nodeC = "node-c"       // file rule (host file says zone2)
 )
 
-// cluster is one set of processes: two standalone local-hostpath upstreams
-// (zone1 storage with staging, zone2 storage without), a proxy controller
+// cluster is one set of processes: three standalone local-hostpath
+// upstreams (zone1 storage with staging, zone2 and everywhere storage
+// without), a proxy controller
 // and three proxy node plugins sharing one connection folder.
 type cluster struct {
 	dir     string
@@ -180,11 +181,16 @@ func startCluster(t *testing.T) *cluster {
 		config: cfg("upstream-zone1", upstreamConfig(c.bases["z1"], true))})
 	up2 := launch(t, dir, processSpec{name: "upstream-zone2", mode: "all", nodeID: "upstream-zone2",
 		config: cfg("upstream-zone2", upstreamConfig(c.bases["z2"], false))})
+	// "all" is storage every node reaches: a csi connection without
+	// topology. (A built-in local-hostpath connection without topology
+	// would be node-local, pinned to the controller's node: SPEC §12.)
+	upAll := launch(t, dir, processSpec{name: "upstream-all", mode: "all", nodeID: "upstream-all",
+		config: cfg("upstream-all", upstreamConfig(c.bases["all"], false))})
 
-	c.endpoints = map[string]string{"z1": "unix://" + up1.sock, "z2": "unix://" + up2.sock}
+	c.endpoints = map[string]string{"z1": "unix://" + up1.sock, "z2": "unix://" + up2.sock, "all": "unix://" + upAll.sock}
 	writeFile(t, filepath.Join(c.connDir, "z1.yaml"), csiConnection(c.endpoints["z1"], "zone1", nil))
 	writeFile(t, filepath.Join(c.connDir, "z2.yaml"), csiConnection(c.endpoints["z2"], "zone2", map[string]string{extraKey: extraValue}))
-	writeFile(t, filepath.Join(c.connDir, "all.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", c.bases["all"]))
+	writeFile(t, filepath.Join(c.connDir, "all.yaml"), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: %s\n", c.endpoints["all"]))
 
 	// The controller's own host has no zone file; it evaluates no rules.
 	ctrl := launch(t, dir, processSpec{name: "controller", mode: "controller", nodeID: "controller", logFormat: "json",
@@ -209,7 +215,7 @@ func startCluster(t *testing.T) *cluster {
 	}
 
 	// All processes start concurrently; wait for each.
-	for _, p := range []*process{up1, up2, ctrl} {
+	for _, p := range []*process{up1, up2, upAll, ctrl} {
 		p.waitReady(t)
 	}
 	for _, n := range c.nodes {

@@ -21,7 +21,7 @@ import (
 const (
 	connPublish = "csi-a" // upstream with controllerPublish, node id template, zone1
 	connPlain   = "csi-b" // upstream without controllerPublish, zone2 + extra label
-	connLocal   = "local" // built in, no topology list
+	connLocal   = "local" // built in, no topology list: node-local
 )
 
 var listConnections = []string{connPublish, connPlain, connLocal}
@@ -52,7 +52,10 @@ func startListing(t *testing.T) *listing {
 	l := &listing{
 		dir: dir, connDir: filepath.Join(dir, "connections"), files: map[string]string{},
 		volumes: map[string][]string{}, snapshots: map[string][]string{}, sources: map[string]string{},
-		topology: map[string][]*csi.Topology{connPublish: offeredZ1, connPlain: offeredZ2},
+		topology: map[string][]*csi.Topology{connPublish: offeredZ1, connPlain: offeredZ2,
+			// Node-local (SPEC §12): listed pinned to the node of the
+			// controller that holds it.
+			connLocal: {{Segments: map[string]string{prefix + "/node": "list-controller"}}}},
 	}
 	config := func(name, content string) string {
 		p := filepath.Join(dir, "config", name+".yaml")

@@ -69,8 +69,11 @@ func newTopologyCommand() *cobra.Command {
 		Short: "Dry-run node topology rules and CreateVolume accessibility",
 		Long: `Prints the segments a node would report and why each rule matched or not;
 with --connection, whether CreateVolume would succeed for that connection and
-the claim's --requisite/--preferred terms, and the accessible_topology it
-would return. Nothing is served and no cluster is needed.
+the claim's --requisite/--preferred terms (or, with --node-term, the node's
+own segments, as a strict WaitForFirstConsumer claim scheduled onto it
+sends), and the accessible_topology it would return. For a group
+(driver: group) it says which member the claim would reach and why.
+Nothing is served and no cluster is needed.
 
 The node's inputs are flags; the node name defaults to what serve would use
 as its node id.
@@ -79,6 +82,7 @@ Exit codes: 0 the node has segments (and CreateVolume would succeed),
 1 it has none or CreateVolume would fail, 2 bad flags or config.`,
 		Example: `  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --file /etc/proxy-topology/region=region1
   proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zone1 --requisite zone=zone2
+  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zones --node-term
   proxy-topology topology --config proxy.yaml --live --label topology.kubernetes.io/zone=zone1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return d.run(cmd.Context(), cmd.OutOrStdout()) },

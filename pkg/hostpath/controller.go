@@ -302,8 +302,10 @@ func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string,
 			removeTree(tmp)
 			return internalError(err, "copy content of %s %s", kind, id)
 		}
-		// One syncfs for every file of the copy, before it is published.
-		if err := s.sync.syncFS(tmp); err != nil {
+		// Every file and directory of the copy is synced before it is
+		// published (on a journalling file system the first fsync commits
+		// them all and the rest find nothing to do).
+		if err := s.sync.syncTree(tmp); err != nil {
 			removeTree(tmp)
 			return internalError(err, "sync the copy of %s %s", kind, id)
 		}
@@ -329,12 +331,17 @@ func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string,
 		removeTree(tmp)
 		return internalError(err, "move new %s %s into place", kind, id)
 	}
+	window("data-placed")
 	f, err := s.createRecord(recKind, id, rec)
 	if err != nil {
 		d.undoCreate(kind, id, dest, "")
 		return internalError(err, "write record of %s %s", kind, id)
 	}
-	if err := s.sync.commit([]*os.File{f}, dest, filepath.Dir(dest), s.metaDir(recKind)); err != nil {
+	// The new directory's inode is committed with its entry in the
+	// parent: fsync of a directory on ext4 and XFS commits the journal up
+	// to its last change, which includes the mkdir (docs/reliability.md
+	// §10).
+	if err := s.sync.commit([]*os.File{f}, filepath.Dir(dest), s.metaDir(recKind)); err != nil {
 		d.undoCreate(kind, id, dest, s.recordPath(recKind, id))
 		return internalError(err, "sync %s %s", kind, id)
 	}
@@ -361,14 +368,20 @@ func (d *Driver) undoCreate(kind, id, dest, record string) {
 // moved into the work area before it is removed, so it is never seen
 // half-deleted, and what removal leaves is purged by the next Driver to
 // start.
-func (d *Driver) dispose(kind, id, dataPath string, removeRecord func() error) error {
-	if err := removeRecord(); err != nil {
-		return internalError(err, "remove record of %s %s", kind, id)
+// It reports whether there was a record to remove.
+func (d *Driver) dispose(kind, id, dataPath, record string) (existed bool, err error) {
+	err = os.Remove(record)
+	switch {
+	case err == nil:
+		existed = true
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, internalError(err, "remove record of %s %s", kind, id)
 	}
+	window("record-removed")
 	if err := d.store.trash(dataPath, "delete-"+id); err != nil {
-		return internalError(err, "move data of %s %s aside", kind, id)
+		return existed, internalError(err, "move data of %s %s aside", kind, id)
 	}
-	return nil
+	return existed, nil
 }
 
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
@@ -401,22 +414,28 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	// a controller in its own container relies on the CO having unpublished
 	// first, as CSI requires.
 	path := d.store.volumePath(id)
-	in, err := d.mounter.mountsOf(path)
+	mentioned, err := d.mounter.mentions(id)
 	if err != nil {
 		return nil, internalError(err, "read mount table")
 	}
-	below, err := d.mounter.mountsBelow(path)
+	if mentioned {
+		in, err := d.mounter.mountsOf(path)
+		if err != nil {
+			return nil, internalError(err, "read mount table")
+		}
+		below, err := d.mounter.mountsBelow(path)
+		if err != nil {
+			return nil, internalError(err, "read mount table")
+		}
+		if in = append(in, below...); len(in) > 0 {
+			return nil, failedPrecondition("volume %s is still mounted at %s", id, strings.Join(in, ", "))
+		}
+	}
+	existed, err := d.dispose("volume", id, path, d.store.recordPath("volumes", id))
 	if err != nil {
-		return nil, internalError(err, "read mount table")
-	}
-	if in = append(in, below...); len(in) > 0 {
-		return nil, failedPrecondition("volume %s is still mounted at %s", id, strings.Join(in, ", "))
-	}
-	_, recErr := d.store.readVolume(id)
-	if err := d.dispose("volume", id, path, func() error { return d.store.removeVolumeRecord(id) }); err != nil {
 		return nil, err
 	}
-	if recErr == nil {
+	if existed {
 		d.log.Info("deleted volume", "volume", id)
 	}
 	return &csi.DeleteVolumeResponse{}, nil

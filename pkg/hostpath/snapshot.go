@@ -80,11 +80,11 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 		return nil, err
 	}
 	defer unlock()
-	_, recErr := d.store.readSnapshot(id)
-	if err := d.dispose("snapshot", id, d.store.snapshotPath(id), func() error { return d.store.removeSnapshotRecord(id) }); err != nil {
+	existed, err := d.dispose("snapshot", id, d.store.snapshotPath(id), d.store.recordPath("snapshots", id))
+	if err != nil {
 		return nil, err
 	}
-	if recErr == nil {
+	if existed {
 		d.log.Info("deleted snapshot", "snapshot", id)
 	}
 	return &csi.DeleteSnapshotResponse{}, nil

@@ -316,23 +316,12 @@ func (s *store) createRecord(kind, id string, v any) (f *os.File, err error) {
 	return f, nil
 }
 
-// removeVolumeRecord removes the record without syncing: a delete is
-// idempotent, so one undone by a power loss is retried (docs/reliability.md
-// §10).
-func (s *store) removeVolumeRecord(id string) error {
-	return removeUnsynced(s.recordPath("volumes", id))
-}
-
 func (s *store) readSnapshot(id string) (*snapshotRecord, error) {
 	var r snapshotRecord
 	if err := readJSON(s.recordPath("snapshots", id), &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
-}
-
-func (s *store) removeSnapshotRecord(id string) error {
-	return removeUnsynced(s.recordPath("snapshots", id))
 }
 
 // readAttachments returns an empty record when the volume has none.

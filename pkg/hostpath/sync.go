@@ -2,7 +2,9 @@ package hostpath
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -111,9 +113,43 @@ func (g *groupSync) fsyncDir(dir string) error {
 	return syncDir(dir)
 }
 
-// syncFS flushes the whole file system holding dir (syncfs(2)): used once
-// per copy, before a clone or snapshot is published, since a copied tree
-// has more files than are worth syncing one by one.
+// syncTree fsyncs every regular file and directory under root, children
+// before their parents: a copy, before it is published. Symlinks and
+// special files live in their directory's entries.
+func (g *groupSync) syncTree(root string) error {
+	g.note("synctree", root)
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case de.IsDir():
+			dirs = append(dirs, p)
+		case de.Type().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			err = f.Sync()
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syncDir(dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncFS flushes the whole file system holding dir (syncfs(2)): once, when
+// a Driver starts where another one died (recover).
 func (g *groupSync) syncFS(dir string) error {
 	g.note("syncfs", dir)
 	d, err := os.Open(dir)

@@ -1,0 +1,43 @@
+package hostpath
+
+import (
+	"os"
+	"strings"
+	"time"
+)
+
+// Crash windows, for the crash test (e2e/crash_test.go) only: the
+// environment variable PROXY_TOPOLOGY_TEST_HOSTPATH_WINDOWS, a list like
+// "data-placed=30ms,record-removed=30ms", makes the driver pause at those
+// points, so that a kill -9 lands inside the otherwise microseconds-wide
+// gaps between the steps of a create or a delete and the recovery of what
+// they leave is exercised. Unset (always, outside that test), nothing
+// pauses.
+//
+//   - data-placed: a create has renamed its data into place and not yet
+//     its record;
+//   - record-removed: a delete has removed the record and not yet the data.
+const windowsEnv = "PROXY_TOPOLOGY_TEST_HOSTPATH_WINDOWS"
+
+var windows = parseWindows(os.Getenv(windowsEnv))
+
+func parseWindows(spec string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, item := range strings.Split(spec, ",") {
+		name, d, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			continue
+		}
+		if dur, err := time.ParseDuration(d); err == nil {
+			out[name] = dur
+		}
+	}
+	return out
+}
+
+// window pauses at the named point when the test asked for it.
+func window(name string) {
+	if d, ok := windows[name]; ok {
+		time.Sleep(d)
+	}
+}

@@ -45,16 +45,6 @@ func newPodRun(t *testing.T, c *cluster, pod *corev1.Pod) *podRun {
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil {
-			// The host's directory itself, at the same path as in the
-			// container (local-hostpath base paths are read from the
-			// connection files, not rewritten like args).
-			if _, err := os.Stat(v.HostPath.Path); err != nil {
-				t.Fatalf("pod %s: hostPath volume %s: %v", pod.Name, v.Name, err)
-			}
-			r.volumes[v.Name] = v.HostPath.Path
-			continue
-		}
 		dir := filepath.Join(root, v.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)

@@ -74,3 +74,27 @@ func TestIsGroupFile(t *testing.T) {
 		t.Errorf("SelfMember")
 	}
 }
+
+// FuzzParseGroup: no group file content may crash the proxy; a group that
+// parses validates, has members, and every error names the file.
+func FuzzParseGroup(f *testing.F) {
+	f.Add([]byte("driver: group\ngroup:\n  members: [a, b, c]\n"))
+	f.Add([]byte("driver: group\ngroup: {members: [a, a]}\ncsi: {}\n"))
+	f.Add([]byte("driver: group\ngroup: &g {members: *g}\n"))
+	f.Add([]byte("driver: group\n---\ndriver: csi\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := ParseGroup("fuzz.yaml", data)
+		if err != nil {
+			if g != nil {
+				t.Fatalf("error %v with a group", err)
+			}
+			if !strings.HasPrefix(err.Error(), "file fuzz.yaml: ") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		if verr := g.Validate(); verr != nil || len(g.Group.Members) == 0 {
+			t.Fatalf("parsed group does not validate: %v (%v)", verr, g.Group.Members)
+		}
+	})
+}

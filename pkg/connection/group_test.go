@@ -3,8 +3,10 @@ package connection
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -97,4 +99,30 @@ func TestGroupMember(t *testing.T) {
 		t.Fatalf("member 1 after its file appeared: %v", err)
 	}
 	m.Release()
+}
+
+// TestGroupEviction: a group entry expires, is reloaded, and goes with its
+// file like any other.
+func TestGroupEviction(t *testing.T) {
+	e := newEnv(t, time.Minute)
+	e.write("zones", "driver: group\ngroup:\n  members: [a]\n")
+	e.get("zones")
+	if n := e.store.Cached(); n != 1 {
+		t.Fatalf("cached %d, want 1", n)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if n := e.store.Cached(); n != 0 {
+		t.Errorf("cached %d after the timeout, want 0", n)
+	}
+	n := e.loadCount()
+	e.get("zones")
+	if e.loadCount() != n+1 {
+		t.Errorf("an expired group was not loaded again (%d loads, want %d)", e.loadCount(), n+1)
+	}
+	if err := os.Remove(e.path("zones")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Get(context.Background(), "zones"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after the file went: %v, want ErrNotFound", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +41,7 @@ func (r checkResult) line() string {
 
 func newCheckCommand() *cobra.Command {
 	var cfgPath, folder, endpoint string
+	var upstreamTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "check --config PATH [--connections-folder DIR]",
 		Short: "Validate the main config and every connection file",
@@ -50,7 +52,16 @@ summary.
 
 --connections-folder checks a folder other than proxy.configFolder, e.g. the
 checkout whose files go into the connections Secret (check never reads a
-Secret: it is offline by design).
+Secret).
+
+A connection whose endpoint is the proxy's own socket (--csi-endpoint) is
+an error. With --upstream-timeout (e.g. 3s) check also asks each
+connection's upstream (GetPluginInfo and the capability calls) and prints
+what proxy.capabilities would advertise, and refuses a connection whose
+upstream routes back to the proxy (another proxy-topology whose
+connections lead here). A built-in local-hostpath connection is asked
+through a throwaway driver on an empty temporary directory, never its real
+base path. Without it, check is offline.
 
 Exit codes: 0 no errors (warnings pass), 1 any file has an error, 2 bad flags.`,
 		Example: `  proxy-topology check --config /etc/proxy-topology/proxy.yaml
@@ -60,21 +71,26 @@ Exit codes: 0 no errors (warnings pass), 1 any file has an error, 2 bad flags.`,
 			if cfgPath == "" {
 				return usagef("--config is required")
 			}
-			return check(cmd.OutOrStdout(), cfgPath, folder, endpoint)
+			if upstreamTimeout < 0 {
+				return usagef("--upstream-timeout %s is negative", upstreamTimeout)
+			}
+			return check(cmd.OutOrStdout(), cfgPath, folder, endpoint, upstreamTimeout)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&cfgPath, "config", env("PROXY_TOPOLOGY_CONFIG"), "main config file (env PROXY_TOPOLOGY_CONFIG)")
 	fs.StringVar(&folder, "connections-folder", "", "check the connection files here instead of proxy.configFolder (e.g. a GitOps checkout)")
-	fs.StringVar(&endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "the proxy's own socket; a connection pointing at it is flagged (env CSI_ENDPOINT)")
+	fs.DurationVar(&upstreamTimeout, "upstream-timeout", 0, "ask each connection's upstream, waiting this long, to print what proxy.capabilities would advertise and to find connections that route back to the proxy through another proxy-topology; 0 (the default): check stays offline")
+	fs.StringVar(&endpoint, "csi-endpoint", or(env("CSI_ENDPOINT"), pcsi.DefaultEndpoint), "the proxy's own socket; a connection pointing at it is an error (env CSI_ENDPOINT)")
 	return cmd
 }
 
 // check prints the verdict on the main config at cfgPath and on every
 // connection file in folder (default proxy.configFolder); an error in any
 // file fails it (exit 1, after the whole report).
-func check(stdout io.Writer, cfgPath, folder, endpoint string) error {
+func check(stdout io.Writer, cfgPath, folder, endpoint string, upstreamTimeout time.Duration) error {
 	results, cfg := checkMain(cfgPath)
+	capsLine := ""
 	if cfg != nil && cfg.Driver == config.DriverProxy {
 		if folder == "" {
 			folder = cfg.Proxy.ConfigFolder
@@ -88,6 +104,17 @@ func check(stdout io.Writer, cfgPath, folder, endpoint string) error {
 				cfg.Proxy.ConfigSecret))
 		} else {
 			results = append(results, checkFolder(folder, cfg, endpoint, &results[0])...)
+			probe := upstreamProbe{}
+			if upstreamTimeout > 0 {
+				probe = probeUpstreams(folder, cfg, endpoint, upstreamTimeout)
+			}
+			for i := range results {
+				// An own socket found by its path is reported already.
+				if why, ok := probe.refused[results[i].path]; ok && !strings.Contains(why, "own socket") {
+					results[i].errors = append(results[i].errors, why)
+				}
+			}
+			capsLine = probe.line
 		}
 	}
 
@@ -102,6 +129,9 @@ func check(stdout io.Writer, cfgPath, folder, endpoint string) error {
 		default:
 			ok++
 		}
+	}
+	if capsLine != "" {
+		fmt.Fprintln(stdout, capsLine)
 	}
 	fmt.Fprintf(stdout, "checked %d %s: %d ok, %d with warnings, %d with errors\n", len(results), plural(len(results), "file", "files"), ok, warned, failed)
 	if failed > 0 {
@@ -223,8 +253,8 @@ func checkConnection(path string, ev *nodetopology.Evaluator, produced map[strin
 	}
 	if c.Driver == config.DriverCSI {
 		for _, ep := range []struct{ key, value string }{{"csi.endpoint", c.CSI.Endpoint}, {"csi.nodeEndpoint", c.CSI.NodeEndpoint}} {
-			if ep.value != "" && sameSocket(ep.value, ownEndpoint) {
-				r.warnings = append(r.warnings, fmt.Sprintf("%s %s is the proxy's own socket: calls would loop back into the proxy", ep.key, ep.value))
+			if ep.value != "" && pcsi.SameSocket(ep.value, ownEndpoint) {
+				r.errors = append(r.errors, fmt.Sprintf("%s %s is the proxy's own socket: the proxy refuses the connection (calls would loop back into it)", ep.key, ep.value))
 			}
 		}
 	}
@@ -252,21 +282,6 @@ func checkConnection(path string, ev *nodetopology.Evaluator, produced map[strin
 		}
 	}
 	return r
-}
-
-// sameSocket reports whether two endpoints name the same unix socket.
-func sameSocket(a, b string) bool {
-	path := func(ep string) string {
-		if p, ok := strings.CutPrefix(ep, "unix://"); ok {
-			return filepath.Clean(p)
-		}
-		if p, ok := strings.CutPrefix(ep, "unix:"); ok {
-			return filepath.Clean(p)
-		}
-		return ""
-	}
-	pa := path(a)
-	return pa != "" && pa == path(b)
 }
 
 // flatten turns a (possibly errors.Join-ed, possibly multi-line) message

@@ -299,6 +299,10 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
 	})
+	// A connection that routes back to this proxy is refused when it
+	// loads (pcsi.SelfGuard).
+	guard := pcsi.NewSelfGuard(o.Endpoint)
+	so.Check = guard.Check
 	so.OnLoad = onConnectionChange(so.OnLoad, func() {
 		if d := changed.Load(); d != nil {
 			d.ConnectionsChanged()
@@ -312,6 +316,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	}
 	opts := pcsi.Options{
 		Policy:      &policy,
+		SelfGuard:   guard,
 		MaxIDLength: cfg.Proxy.MaxIDLength,
 		OnLongID:    x.longID,
 		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,

@@ -138,6 +138,12 @@ type Options struct {
 	// err is the load error. Metrics count loads with it; nil means no
 	// one is told.
 	OnLoad func(name string, reload bool, err error)
+	// Check, if set, vets a loaded driver: csi connection once its
+	// clients exist; an error refuses the connection (ErrBroken, not
+	// cached past the file's version) and is its load error. The proxy
+	// refuses connections that route back to itself with it
+	// (csi.SelfGuard); nil checks nothing.
+	Check func(ctx context.Context, c *Connection) error
 }
 
 // Store loads connections on first use and keeps them fresh.
@@ -488,6 +494,13 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Conn
 			return nil, fmt.Errorf("%w: connection %q (endpoint %s): %s: %w", ErrUnavailable, name, target, why, err)
 		}
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+	}
+	if s.opts.Check != nil && cfg.Driver == config.DriverCSI {
+		if err := s.opts.Check(bctx, c); err != nil {
+			c.Release()
+			s.opts.Log.Error("connection refused", "connection", name, "error", err)
+			return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		}
 	}
 	s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)
 	return c, nil

@@ -103,6 +103,10 @@ type Options struct {
 	// (until the first refresh they advertise nothing), its explicit
 	// parts are advertised as given.
 	Policy *Policy
+	// SelfGuard, if set, publishes this proxy's loop markers in
+	// GetPluginInfo; the same guard's Check must be the store's
+	// connection.Options.Check. nil publishes none.
+	SelfGuard *SelfGuard
 	// CapabilityTimeout bounds the capability calls to one upstream in a
 	// refresh; 0 means 5s.
 	CapabilityTimeout time.Duration

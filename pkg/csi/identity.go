@@ -7,9 +7,14 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// GetPluginInfo reports the configured driver name and version.
+// GetPluginInfo reports the configured driver name and version, and, with
+// a SelfGuard, its loop markers in the manifest (selfroute.go).
 func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: d.opts.Name, VendorVersion: d.opts.Version}, nil
+	resp := &csi.GetPluginInfoResponse{Name: d.opts.Name, VendorVersion: d.opts.Version}
+	if g := d.opts.SelfGuard; g != nil {
+		resp.Manifest = g.Manifest()
+	}
+	return resp, nil
 }
 
 // GetPluginCapabilities advertises the controller service and topology,

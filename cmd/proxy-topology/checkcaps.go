@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+// upstreamProbe is what check learns by asking the connections' upstreams
+// (SPEC §6): what proxy.capabilities would advertise, and which
+// connections route back to the proxy (the same pcsi.SelfGuard serve
+// uses). A built-in local-hostpath connection is asked through a
+// throwaway driver with the connection's settings on an empty temporary
+// base path, so check never touches the real one.
+type upstreamProbe struct {
+	// refused maps a connection file to why it routes back to the proxy.
+	refused map[string]string
+	// line is the capabilities summary.
+	line string
+}
+
+// probeUpstreams asks every valid connection file of folder, each within
+// timeout (check --upstream-timeout).
+func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeout time.Duration) upstreamProbe {
+	out := upstreamProbe{refused: map[string]string{}}
+	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
+	if err != nil {
+		out.line = "advertised capabilities: " + err.Error()
+		return out
+	}
+	if !policy.Auto() {
+		out.line = "advertised capabilities (explicit): " + capsLine(policy.Aggregate(nil))
+		return out
+	}
+	des, err := os.ReadDir(folder)
+	if err != nil {
+		out.line = "advertised capabilities (auto): not computed: " + unwrapPath(err)
+		return out
+	}
+	log := slog.New(slog.DiscardHandler)
+	pool := upstream.NewPool(log)
+	defer pool.Close()
+	// The proxy's own marker, if it is serving on ownEndpoint: an
+	// upstream that routes back to it names it.
+	guard := pcsi.NewSelfGuardAs(ownInstance(pool, ownEndpoint, timeout), ownEndpoint)
+	var ups []pcsi.UpstreamCaps
+	var unconfirmed []string
+	asked := 0
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".yaml")
+		if !ok || de.IsDir() || ids.ValidateConnectionName(name) != nil {
+			continue
+		}
+		path := filepath.Join(folder, de.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		c, _, err := config.ParseConnection(path, data, cfg.Topology.Accessibility())
+		if err != nil || (c.Driver != config.DriverCSI && c.Driver != config.DriverLocalHostpath) {
+			continue // reported per file; a group has no upstream of its own
+		}
+		asked++
+		caps, why, err := askConnection(pool, guard, name, path, c, timeout)
+		switch {
+		case why != "":
+			out.refused[path] = why
+		case err != nil:
+			// The code only: the full error (resolver and dialer details)
+			// is long and differs from machine to machine.
+			unconfirmed = append(unconfirmed, fmt.Sprintf("%s (%s)", name, status.Code(errors.Unwrap(err))))
+		default:
+			ups = append(ups, caps)
+		}
+	}
+	out.line = fmt.Sprintf("advertised capabilities (auto, from %d of %d connections): %s", len(ups), asked, capsLine(policy.Aggregate(ups)))
+	if len(unconfirmed) > 0 {
+		out.line += "; unconfirmed, so adding nothing: " + strings.Join(unconfirmed, ", ")
+	}
+	return out
+}
+
+// ownInstance is the instance marker of the proxy serving on endpoint, ""
+// when none answers.
+func ownInstance(pool *upstream.Pool, endpoint string, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l, err := pool.CSI(ctx, "(own)", endpoint)
+	if err != nil {
+		return ""
+	}
+	defer l.Release()
+	resp, err := l.Client().Identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		return ""
+	}
+	return resp.GetManifest()[pcsi.ManifestInstance]
+}
+
+// askConnection asks one connection's upstream; why is set when it routes
+// back to the proxy.
+func askConnection(pool *upstream.Pool, guard *pcsi.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn := &connection.Connection{Name: name, File: path, Config: c}
+	var leases []*upstream.Lease
+	defer func() {
+		for _, l := range leases {
+			l.Release()
+		}
+	}()
+	take := func(l *upstream.Lease, err error) (*upstream.Client, error) {
+		if err != nil {
+			return nil, err
+		}
+		leases = append(leases, l)
+		return l.Client(), nil
+	}
+	switch c.Driver {
+	case config.DriverCSI:
+		if conn.Controller, err = take(pool.CSI(ctx, name, c.CSI.Endpoint)); err != nil {
+			return caps, "", err
+		}
+		conn.Node = conn.Controller
+		if ep := c.CSI.NodeSideEndpoint(); ep != c.CSI.Endpoint {
+			if conn.Node, err = take(pool.CSI(ctx, name, ep)); err != nil {
+				return caps, "", err
+			}
+		}
+		if err := guard.Check(ctx, conn); err != nil {
+			return caps, err.Error(), nil
+		}
+	case config.DriverLocalHostpath:
+		dir, err := os.MkdirTemp("", "pt-check-")
+		if err != nil {
+			return caps, "", err
+		}
+		defer os.RemoveAll(dir)
+		if conn.Controller, err = take(pool.Local(ctx, name, hostpath.Options{
+			DriverName: "check", NodeID: "check", BasePath: dir,
+			Stage: c.LocalHostpath.Stage, ControllerPublish: c.LocalHostpath.ControllerPublish,
+			Shared: len(c.Proxy.PerDriver.Topology) > 0, Logger: slog.New(slog.DiscardHandler),
+		})); err != nil {
+			return caps, "", err
+		}
+		conn.Node = conn.Controller
+	}
+	caps, err = pcsi.AskClients(ctx, conn.Controller, conn.Node)
+	return caps, "", err
+}
+
+// capsLine renders advertised capabilities on one line.
+func capsLine(c pcsi.Capabilities) string {
+	names := func(n int, get func(int) string) string {
+		if n == 0 {
+			return "none"
+		}
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = get(i)
+		}
+		return strings.Join(parts, ", ")
+	}
+	exp := "none"
+	if c.Expansion != csi.PluginCapability_VolumeExpansion_UNKNOWN {
+		exp = c.Expansion.String()
+	}
+	return fmt.Sprintf("controller: %s; node: %s; volume expansion: %s",
+		names(len(c.Controller), func(i int) string { return c.Controller[i].String() }),
+		names(len(c.Node), func(i int) string { return c.Node[i].String() }), exp)
+}

@@ -1,0 +1,97 @@
+package csi_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+)
+
+// startGuardedProxy serves a proxy whose store refuses connections that
+// route back to it, as serve wires it; own are the endpoints the guard
+// knows as its own.
+func startGuardedProxy(t *testing.T, own ...string) (*testProxy, *pcsi.SelfGuard) {
+	t.Helper()
+	g := pcsi.NewSelfGuard(own...)
+	p := startProxyStore(t, func(so *connection.Options) { so.Check = g.Check }, func(o *pcsi.Options) { o.SelfGuard = g })
+	return p, g
+}
+
+// TestSelfRouteOwnSocket: a connection naming the proxy's own socket, by
+// its path or through a symlinked directory, is refused when it loads,
+// naming the key; nothing is forwarded to it.
+func TestSelfRouteOwnSocket(t *testing.T) {
+	dir := shortTempDir(t)
+	own := filepath.Join(dir, "csi.sock")
+	if err := os.Symlink(dir, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := startGuardedProxy(t, "unix://"+own)
+	p.add(t, "direct", conn{Endpoint: "unix://" + own})
+	p.add(t, "via-link", conn{Endpoint: "unix://" + filepath.Join(dir, "link", "csi.sock")})
+	for _, name := range []string{"direct", "via-link"} {
+		_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": name}))
+		wantCode(t, err, codes.FailedPrecondition, `connection "`+name+`"`, "csi.endpoint", "this proxy's own socket")
+	}
+	if !pcsi.SameSocket("unix:"+own, "unix://"+filepath.Join(dir, ".", "csi.sock")) || pcsi.SameSocket("unix://"+own, "127.0.0.1:9000") {
+		t.Error("SameSocket")
+	}
+}
+
+// TestSelfRouteSameProcess: reached by a path the guard does not know (a
+// forwarder, another mount of the socket), the upstream answers
+// GetPluginInfo with this process's instance marker, and is refused.
+func TestSelfRouteSameProcess(t *testing.T) {
+	p, g := startGuardedProxy(t) // knows no path of its own
+	p.add(t, "loop", conn{Endpoint: p.Endpoint})
+	_, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SnapshotId: "s:loop/x"})
+	wantCode(t, err, codes.FailedPrecondition, `connection "loop"`, "answers as this very proxy", g.Instance())
+	// The listing that would recurse without end skips it instead.
+	if _, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil {
+		t.Fatalf("ListVolumes: %v", err)
+	}
+}
+
+// TestSelfRouteChain: two proxies routing to each other. The first to load
+// its connection accepts it and learns the other's marker; the other then
+// sees itself in the first one's routes-to and refuses, so the cycle is
+// cut and a listing through either ends.
+func TestSelfRouteChain(t *testing.T) {
+	up := newFakeUpstream(t, withControllerCaps(listCaps...), withVolumes("u1"))
+	a, ga := startGuardedProxy(t)
+	b, gb := startGuardedProxy(t)
+	a.add(t, "to-b", conn{Endpoint: b.Endpoint})
+	a.add(t, "storage", conn{Endpoint: up.Endpoint})
+	b.add(t, "to-a", conn{Endpoint: a.Endpoint})
+
+	// a loads to-b: b routes nowhere yet, so it is accepted.
+	if _, err := a.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-b/v:x/h"}); err != nil && strings.Contains(err.Error(), "route") {
+		t.Fatalf("a refused to-b before any cycle existed: %v", err)
+	}
+	if got := ga.Manifest()[pcsi.ManifestRoutesTo]; got != gb.Instance() {
+		t.Fatalf("a's routes-to = %q, want b's instance %s", got, gb.Instance())
+	}
+	// b loads to-a: a routes to b, so it is a cycle.
+	_, err := b.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "to-a"}))
+	wantCode(t, err, codes.FailedPrecondition, `connection "to-a"`, "another proxy-topology", "route back to this proxy")
+
+	// A listing through a reaches b, whose to-a is refused (and skipped),
+	// and ends.
+	resp, err := a.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff([]string{"v:storage/u1"}, volumeIDs(resp.GetEntries())); d != "" {
+		t.Errorf("volumes through a (-want +got):\n%s", d)
+	}
+	info, err := b.Identity.GetPluginInfo(callCtx(t), &csi.GetPluginInfoRequest{})
+	if err != nil || info.GetManifest()[pcsi.ManifestInstance] != gb.Instance() {
+		t.Errorf("b's GetPluginInfo manifest %v, %v", info.GetManifest(), err)
+	}
+}

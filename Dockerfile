@@ -11,9 +11,14 @@
 # not read from .git inside the build, so the build context needs no .git
 # directory and the image does not change with unrelated commits.
 #
-# NOTE: this Dockerfile has not been built in the development environment
-# (it has no container engine); the same `go build` is exercised by `make
-# build` and the tests.
+# `make image` runs this with docker or podman. The development and CI
+# machines have no container engine, so the image itself has never been
+# built there; deploy/dockerfile_test.go checks what can be checked without
+# one: it runs the build stage's `go build` as written here (a static
+# binary: no ELF interpreter, no shared libraries), checks the user and
+# that ENTRYPOINT plus the args of every shipped manifest make a command
+# line the binary accepts, and that the tag is the one the chart and the
+# manifests name.
 
 ARG GO_VERSION=1.26
 
@@ -33,9 +38,6 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
       -ldflags "-s -w -X main.version=${VERSION}" \
       -o /out/proxy-topology ./cmd/proxy-topology
 
-# The node plugin runs privileged as root to mount (the DaemonSet sets
-# that); the controller needs no root, but connections may point at
-# upstream sockets only root can open, so the image does not force a user.
 FROM gcr.io/distroless/static-debian12:latest
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="proxy-topology" \
@@ -43,5 +45,9 @@ LABEL org.opencontainers.image.title="proxy-topology" \
       org.opencontainers.image.source="https://github.com/democratic-csi/proxy-topology" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/proxy-topology /usr/local/bin/proxy-topology
+# root, said explicitly: the node plugin mounts (the DaemonSet runs it
+# privileged), and the controller opens upstream drivers' sockets and
+# local-hostpath base paths on host directories, which root owns.
+USER 0:0
 ENTRYPOINT ["/usr/local/bin/proxy-topology"]
 CMD ["serve"]

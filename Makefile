@@ -11,12 +11,24 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity e2e e2e-kube kube-tools csi-tools etcd bench lint fuzz clean
+.PHONY: all build run test unit sanity e2e e2e-kube kube-tools csi-tools etcd image bench lint fuzz clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/proxy-topology
+
+## image: the container image the chart and deploy/kubernetes name, built
+## from the Dockerfile with docker or podman (CONTAINER_ENGINE). The
+## development and CI machines have no container engine that can build (a
+## docker client at most, without a daemon, and no registry for the base
+## images); go test ./deploy (TestDockerfile) checks the Dockerfile there.
+IMAGE ?= ghcr.io/democratic-csi/proxy-topology:0.1.0
+CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+image:
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+	  echo "make image: no docker or podman on this machine (set CONTAINER_ENGINE); TestDockerfile in ./deploy checks the Dockerfile without one"; exit 1; fi
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 ## run: serve the built-in example config (local-hostpath connections under .run/)
 run: build

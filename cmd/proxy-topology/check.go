@@ -213,6 +213,7 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 			continue
 		}
 		r := checkConnection(f.path, cfg.Topology, produced, ownEndpoint)
+		checkIDRoom(&r, f.name, cfg.Proxy.MaxIDLength)
 		checkNodeLocal(&r, f.path, cfg)
 		checked = append(checked, r)
 	}

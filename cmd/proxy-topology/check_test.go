@@ -132,6 +132,17 @@ advertised capabilities (auto, from 1 of 3 connections): controller: CREATE_DELE
 checked 4 files: 4 ok, 0 with warnings, 0 with errors
 `,
 		},
+		{
+			// A long name leaves little room for upstream handles
+			// (SPEC §5); with proxy.maxIdLength such IDs are refused.
+			name: "connection name leaves little room", code: 0,
+			args: []string{"--config", "testdata/check/idroom/proxy.yaml", "--connections-folder", "testdata/check/idroom/connections", own},
+			stdout: `testdata/check/idroom/proxy.yaml: ok
+testdata/check/idroom/connections/nas.yaml: ok
+testdata/check/idroom/connections/nas-with-a-rather-long-descriptive-name.yaml: warning: the connection name is 39 bytes, which leaves 86 bytes for upstream handles within 128: IDs of longer handles (democratic-csi's snapshot handles are 123 bytes) are refused (proxy.maxIdLength: 128): CreateVolume and CreateSnapshot fail and delete what the upstream made; a shorter name leaves more room
+checked 3 files: 2 ok, 1 with warnings, 0 with errors
+`,
+		},
 		{name: "no config", args: nil, code: 2, stderrHas: "proxy-topology check: --config is required\n"},
 		{name: "stray argument", args: []string{"--config", "x.yaml", "extra"}, code: 2, stderrHas: "unexpected argument \"extra\""},
 		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "proxy-topology check: unknown flag: --nope\n\nUsage:\n  proxy-topology check --config PATH"},

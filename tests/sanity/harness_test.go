@@ -50,6 +50,9 @@ type sanityResult struct {
 	SkipReasons map[string]string
 	// Failures maps a failed spec's text to its failure message.
 	Failures map[string]string
+	// States maps every spec's text to "passed", "failed" or "skipped",
+	// so that two runs can be compared spec by spec.
+	States map[string]string
 }
 
 // inSanityChild reports whether this process is the child that runs the
@@ -93,7 +96,7 @@ func runSanity(t *testing.T, target string, cfg sanity.TestConfig, skips ...Skip
 	t.Helper()
 	switch os.Getenv(childTargetEnv) {
 	case "":
-		runSanityParent(t, target)
+		runSanityParent(t, target, true)
 	case target:
 		runSanityChild(t, target, cfg, skips)
 	default:
@@ -101,7 +104,28 @@ func runSanity(t *testing.T, target string, cfg sanity.TestConfig, skips ...Skip
 	}
 }
 
-func runSanityParent(t *testing.T, target string) {
+// sanityResults is runSanity for a target whose own failures are expected
+// and judged by the caller (the conformance matrix): failed specs are
+// logged, not failures of t, no summary line is printed, and the parent
+// gets the result. It returns nil in the child, and when the child test
+// skipped before running the suite.
+func sanityResults(t *testing.T, target string, cfg sanity.TestConfig, skips ...SkipSpec) *sanityResult {
+	t.Helper()
+	switch os.Getenv(childTargetEnv) {
+	case "":
+		return runSanityParent(t, target, false)
+	case target:
+		runSanityChild(t, target, cfg, skips)
+	default:
+		t.Skipf("this process runs the sanity suite of %q only", os.Getenv(childTargetEnv))
+	}
+	return nil
+}
+
+// runSanityParent runs target's suite in a child process. strict: a failed
+// spec fails t and the summary line is printed; otherwise failed specs are
+// only logged and the result is the caller's to judge.
+func runSanityParent(t *testing.T, target string, strict bool) *sanityResult {
 	t.Helper()
 	report := filepath.Join(t.TempDir(), "sanity-report.json")
 	ctx, cancel := context.WithTimeout(context.Background(), childTimeout+30*time.Second)
@@ -140,13 +164,22 @@ func runSanityParent(t *testing.T, target string) {
 		t.Logf("skipped: %s\n    reason: %s", s, res.SkipReasons[s])
 	}
 	for _, s := range sortedKeys(res.Failures) {
-		t.Errorf("FAILED: %s\n%s", s, res.Failures[s])
+		if strict {
+			t.Errorf("FAILED: %s\n%s", s, res.Failures[s])
+		} else {
+			t.Logf("failed: %s\n%s", s, res.Failures[s])
+		}
 	}
-	if res.Failed > 0 || runErr != nil {
+	// A child with failed specs exits non-zero; without any, a non-zero
+	// exit is a broken run (a clean-up that failed, a leak).
+	if strict && res.Failed > 0 || runErr != nil && res.Failed == 0 {
 		t.Errorf("sanity %s: child exited with %v; its output:\n%s", target, runErr, tail(out, 200))
 	}
 	t.Logf("sanity %s took %s", target, elapsed)
-	summary(t, fmt.Sprintf("sanity %s: %d passed, %d failed, %d skipped", target, res.Passed, res.Failed, res.Skipped))
+	if strict {
+		summary(t, fmt.Sprintf("sanity %s: %d passed, %d failed, %d skipped", target, res.Passed, res.Failed, res.Skipped))
+	}
+	return &res
 }
 
 // skipReason finds why a child skipped in its -test.v output: the line
@@ -215,7 +248,7 @@ func runSanityChild(t *testing.T, target string, cfg sanity.TestConfig, skips []
 // summarize counts It specs; pending specs (XIt in csi-test) count as
 // skipped.
 func summarize(r ginkgo.Report, reasons map[string]string) sanityResult {
-	res := sanityResult{SkipReasons: map[string]string{}, Failures: map[string]string{}}
+	res := sanityResult{SkipReasons: map[string]string{}, Failures: map[string]string{}, States: map[string]string{}}
 	for _, s := range r.SpecReports {
 		if s.LeafNodeType != types.NodeTypeIt {
 			continue
@@ -224,14 +257,18 @@ func summarize(r ginkgo.Report, reasons map[string]string) sanityResult {
 		switch {
 		case s.State == types.SpecStatePassed:
 			res.Passed++
+			res.States[text] = "passed"
 		case s.State.Is(types.SpecStateFailureStates):
 			res.Failed++
+			res.States[text] = "failed"
 			res.Failures[text] = fmt.Sprintf("%s\nat %s", s.Failure.Message, s.Failure.Location)
 		case s.State == types.SpecStatePending:
 			res.Skipped++
+			res.States[text] = "skipped"
 			res.SkipReasons[text] = "marked pending (XIt) by csi-test itself"
 		default: // skipped
 			res.Skipped++
+			res.States[text] = "skipped"
 			reason := s.Failure.Message
 			for spec, why := range reasons {
 				if strings.Contains(text, spec) {

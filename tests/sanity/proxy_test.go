@@ -215,7 +215,9 @@ func startStandalone(t *testing.T, dir string) string {
 	return sock
 }
 
-// waitProbe waits up to 30 s for a CSI server to answer Probe.
+// waitProbe waits up to 30 s for a CSI server to answer Probe ready (an
+// absent ready counts as ready, as the CSI spec says): a proxy is not
+// ready before it has asked its upstreams what to advertise.
 func waitProbe(t *testing.T, sock string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -228,13 +230,13 @@ func waitProbe(t *testing.T, sock string) {
 	client := csi.NewIdentityClient(conn)
 	for {
 		if _, err := os.Stat(sock); err == nil {
-			if _, err := client.Probe(ctx, &csi.ProbeRequest{}); err == nil {
+			if resp, err := client.Probe(ctx, &csi.ProbeRequest{}); err == nil && (resp.GetReady() == nil || resp.GetReady().GetValue()) {
 				return
 			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("upstream at %s did not answer Probe within 30s", sock)
+			t.Fatalf("CSI server at %s did not answer Probe ready within 30s", sock)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

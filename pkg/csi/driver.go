@@ -31,7 +31,8 @@
 //     snapshot.go, publish.go (controller publish and unpublish),
 //     capacity.go, health.go (volume health), list.go (ListVolumes and
 //     ListSnapshots across connections, list tokens), node.go (stage,
-//     publish, stats, expand on the node).
+//     publish, stats, expand on the node), group.go (connection groups,
+//     SPEC §11: the member a CreateVolume goes to, a group's capacity).
 //
 // The proxy keeps no state of its own: IDs carry their connection
 // (pkg/ids), connections come from pkg/connection, topology decisions from

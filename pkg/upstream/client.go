@@ -26,8 +26,11 @@ type Client struct {
 	Controller csi.ControllerClient
 	Node       csi.NodeClient
 
-	conn  *grpc.ClientConn
-	local *localDriver // the in-process built-in driver, if any
+	conn  *grpc.ClientConn // nil for the built-in driver
+	local *localDriver     // the in-process built-in driver, if any
+	// intercept is the Pool's interceptor, which calls on the built-in
+	// driver run through (local.go).
+	intercept grpc.UnaryClientInterceptor
 
 	// inflight counts calls between the interceptor's start and end;
 	// closing is set once the client is released, after which calls fail
@@ -36,6 +39,9 @@ type Client struct {
 	inflight atomic.Int64
 	closing  atomic.Bool
 	drained  chan struct{}
+	// closed is set once the client is closed (its channel, or its
+	// built-in driver).
+	closed atomic.Bool
 	// dials counts transport connections made (see dial).
 	dials atomic.Int64
 
@@ -182,5 +188,4 @@ func discover[T comparable](cc *capCache, cache *map[T]bool, ask func() ([]T, er
 type localDriver struct {
 	opts   hostpath.Options
 	driver *hostpath.Driver
-	server *grpc.Server
 }

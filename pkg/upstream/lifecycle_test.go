@@ -33,11 +33,12 @@ func leaseCSI(t *testing.T, p *Pool, endpoint string) *Client {
 	return l.Client()
 }
 
-// closedWithin reports whether c's channel shuts down within d.
+// closedWithin reports whether c's channel shuts down (a built-in
+// driver's client: closes) within d.
 func closedWithin(c *Client, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if c.conn.GetState() == connectivity.Shutdown {
+		if c.closed.Load() || (c.conn != nil && c.conn.GetState() == connectivity.Shutdown) {
 			return true
 		}
 		time.Sleep(5 * time.Millisecond)

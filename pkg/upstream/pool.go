@@ -2,9 +2,9 @@
 //
 // A Pool (pool.go) shares them: one Client per external endpoint, however
 // many connections name it, and one in-process built-in local-hostpath
-// driver per base path and settings, served over an in-memory listener so
-// the proxy forwards to it exactly as to an external driver. The Pool logs
-// every upstream call at debug and reports it to an Observer (the metrics).
+// driver per base path and settings, called in process through the same
+// client interceptor as an external driver (local.go). The Pool logs every
+// upstream call at debug and reports it to an Observer (the metrics).
 //
 // Clients follow the life of the connections that use them. A connection
 // takes a Lease for each client it uses (Pool.CSI, Pool.Local) and releases
@@ -40,7 +40,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
@@ -151,12 +150,10 @@ var reconnectBackoff = grpc.ConnectParams{
 
 // Timeouts of closing a released client: drainTimeout bounds the wait for
 // its calls in flight (a connection's calls hold its lease, so there are
-// rarely any), stopTimeout the graceful stop of a built-in driver whose
-// handlers may be stuck on a hung mount, and closeTimeout how long Close
-// waits for every client.
+// rarely any; a built-in driver's handler stuck on a hung mount is given up
+// on after it), and closeTimeout how long Close waits for every client.
 var (
 	drainTimeout = 30 * time.Second
-	stopTimeout  = 5 * time.Second
 	closeTimeout = 10 * time.Second
 )
 
@@ -229,34 +226,12 @@ func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (
 		if err != nil {
 			return nil, err
 		}
-		lis := bufconn.Listen(localPipeSize)
-		srv := grpc.NewServer()
-		d.Register(srv)
-		go func() { _ = srv.Serve(lis) }()
 		c := newClient(target)
-		conn, err := grpc.NewClient("passthrough:///"+target,
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithChainUnaryInterceptor(p.intercept(c)),
-		)
-		if err != nil {
-			srv.Stop()
-			_ = d.Close()
-			return nil, err
-		}
-		c.attach(conn)
-		c.local = &localDriver{opts: opts, driver: d, server: srv}
+		c.attachLocal(d, p.intercept(c))
+		c.local = &localDriver{opts: opts, driver: d}
 		return c, nil
 	})
 }
-
-// localPipeSize is the buffer of each direction of a connection to a
-// built-in driver. gRPC's flow-control window is 64 KiB, so a bigger buffer
-// is never filled; each one is allocated whole when the channel connects,
-// and gRPC keeps a closed connection's buffers reachable for some seconds,
-// so while connection files change quickly (a driver replaced many times a
-// second) a 1 MiB buffer made the heap grow by hundreds of MiB.
-const localPipeSize = 64 << 10
 
 // localSettings are the settings of a built-in driver other than its base
 // path: a connection file that changes any of them gets a new driver.
@@ -402,26 +377,18 @@ func (p *Pool) closeClient(c *Client) {
 	if !c.drain(drainTimeout) {
 		p.log.Warn("closing an upstream client with calls still in flight", "upstream", c.Target, "calls", c.inflight.Load())
 	}
-	_ = c.conn.Close()
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
 	if l := c.local; l != nil {
-		stopped := make(chan struct{})
-		go func() {
-			l.server.GracefulStop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-time.After(stopTimeout):
-			// A handler stuck on a hung mount: cut the connections, the
-			// handler ends when the mount answers.
-			p.log.Warn("built-in driver calls still running after its client was released; stopping it", "upstream", c.Target)
-			l.server.Stop()
-			<-stopped
-		}
+		// The calls in flight have drained (or were given up on after
+		// drainTimeout: a handler stuck on a hung mount ends when the
+		// mount answers, as it did behind a stopped gRPC server).
 		if err := l.driver.Close(); err != nil {
 			p.log.Warn("closing built-in driver", "upstream", c.Target, "error", err)
 		}
 	}
+	c.closed.Store(true)
 	p.log.Debug("upstream client closed", "upstream", c.Target)
 }
 

@@ -29,7 +29,8 @@ import (
 //     to show what the disk costs (reported, no goal);
 //   - dcsi-direct and dcsi-proxy: democratic-csi's local-hostpath, served
 //     on its own and through democratic-csi's own proxy driver, when a
-//     checkout is given (-dcsi or DEMOCRATIC_CSI_DIR).
+//     checkout is given (-dcsi or DEMOCRATIC_CSI_DIR);
+//   - compare: builtin-proxy served by the -compare binary, for A/B tests.
 //
 // All paths run in interleaved rounds, so load from other processes falls
 // on every path alike and cancels in the ratios.
@@ -68,7 +69,7 @@ const (
 )
 
 // realWorkPaths are the path names in the order they are measured.
-var realWorkPaths = []string{"builtin-proxy", "builtin-direct", "csi-proxy", "builtin-tmpfs", "dcsi-direct", "dcsi-proxy"}
+var realWorkPaths = []string{"builtin-proxy", "compare", "builtin-direct", "csi-proxy", "builtin-tmpfs", "dcsi-direct", "dcsi-proxy"}
 
 // realWork runs the section with its own processes under dir (on the run's
 // disk; o.realWorkDir overrides it).
@@ -215,6 +216,20 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 	}
 	add("csi-proxy", p, upData)
 
+	if o.compare != "" {
+		// -compare: another proxy-topology binary with the same kind of
+		// connection, its own base path, measured in the same rounds.
+		cfg, err := proxyTo("compare", hostpathConn(filepath.Join(base, "compare", "data")))
+		if err != nil {
+			return rw, err
+		}
+		cp, err := startProc("compare", nil, o.compare, "serve", "--config", cfg, "--csi-endpoint", "unix://"+filepath.Join(dir, "rw-compare.sock"),
+			"--mode", "controller", "--log-level", "warn", "--node-id", "bench-node")
+		if err != nil {
+			return rw, err
+		}
+		add("compare", cp, filepath.Join(base, "compare", "data", "volumes"))
+	}
 	if fs, _ := fsOf("/dev/shm"); fs == "tmpfs" {
 		shm, err := os.MkdirTemp("/dev/shm", "ptbench-realwork-")
 		if err != nil {

@@ -137,10 +137,18 @@ etcd:
 ## scale, memory; writes bench/results.json; then bench/cmd/ptsoak: 10,000
 ## connection edits under load (docs/reliability.md §9). Both always run;
 ## it fails if a target of either is missed
+##
+## Both include the real-work section (issue 19: CreateVolume+DeleteVolume
+## pairs on this disk); with DEMOCRATIC_CSI_DIR=<checkout with node_modules>
+## it also measures democratic-csi's local-hostpath and proxy, otherwise
+## their targets print "skipped". bench-realwork runs that section alone.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@rc=0; $(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS) || rc=1; \
 	  $(GO) run ./bench/cmd/ptsoak $(PTSOAKFLAGS) || rc=1; exit $$rc
+
+bench-realwork:
+	$(GO) run ./bench/cmd/ptbench -only realwork $(PTBENCHFLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -247,8 +247,14 @@ func runProfile(o options) error {
 func run(o options) (*Results, error) {
 	res := &Results{Time: time.Now().UTC(), Machine: machineInfo(), Settings: settings(o)}
 	fmt.Printf("machine: %d CPUs, %s, %s, load average %s\n", res.Machine.NumCPU, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.LoadStart)
-	fmt.Printf("settings: per path, %d rounds x %d calls at c=1 (Probe: x %d), %d rounds x %d calls at c=%d; %d connection files; burst %d rounds x %d pairs at c=%d; %d node rules\n",
-		o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections, o.burstRounds, o.burstPairs, o.burstConc, o.nodeRules)
+	if len(o.only) == 0 {
+		fmt.Printf("settings: per path, %d rounds x %d calls at c=1 (Probe: x %d), %d rounds x %d calls at c=%d; %d connection files; burst %d rounds x %d pairs at c=%d; %d node rules\n",
+			o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections, o.burstRounds, o.burstPairs, o.burstConc, o.nodeRules)
+	}
+	if o.runs("realwork") {
+		fmt.Printf("real work: per path, %d rounds x %d pairs at c=1 and x %d pairs at c=16; democratic-csi: %q\n",
+			o.realWorkRounds, o.realWorkPairs1, o.realWorkPairs16, o.dcsi)
+	}
 	root, dir, bin, cleanup, err := setup(&o)
 	if err != nil {
 		return nil, err

@@ -344,6 +344,7 @@ func settings(o options) map[string]any {
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
 		"benchtime": o.microTime, "burst_rounds": o.burstRounds, "burst_pairs": o.burstPairs,
 		"burst_concurrency": o.burstConc, "node_rules": o.nodeRules,
+		"realwork_rounds": o.realWorkRounds, "realwork_pairs_c1": o.realWorkPairs1, "realwork_pairs_c16": o.realWorkPairs16,
 		// Both forwarders run from copies of the benchmark's binary.
 		"forwarder_binaries": "copies",
 	}

@@ -11,7 +11,7 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity e2e e2e-kube kube-tools csi-tools etcd image bench lint fuzz clean
+.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools etcd image bench lint fuzz clean
 
 all: build
 
@@ -48,6 +48,13 @@ sanity:
 	@mkdir -p $(RUN_DIR); rm -f $(RUN_DIR)/sanity.txt
 	SANITY_REPORT=$(RUN_DIR)/sanity.txt $(GO) test $(TESTFLAGS) -timeout 20m ./tests/sanity/; rc=$$?; \
 	  cat $(RUN_DIR)/sanity.txt 2>/dev/null; exit $$rc
+
+## interop: csi-sanity against democratic-csi's local-hostpath driver (node.js,
+## run from its source tree DEMOCRATIC_CSI=/path), directly and through the
+## proxy; fails if the proxy adds a failure (docs/conformance.md). Root, node,
+## npm and rsync; installs its npm production dependencies when missing
+interop:
+	scripts/democratic-csi-sanity.sh "$(DEMOCRATIC_CSI)" $(RUN_DIR)/democratic-csi.md
 
 ## e2e: multi-process tests over real sockets and mounts
 e2e:

@@ -298,3 +298,55 @@ func waitFor(t *testing.T, what string, timeout time.Duration, check func() (boo
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestWalkthroughValues: the values docs/kubernetes.md has a new user add
+// to the seed's ("From the seed's values to a bound volume", step 3)
+// render with the seed's into the connection's Secret key, the upstream's
+// socket in both workloads beside the seed's connections volume, and the
+// first-consumer class, and the API server accepts every object (dry run).
+func TestWalkthroughValues(t *testing.T) {
+	c := deployed(t)
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "kubernetes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "in `my-values.yaml`")
+	_, rest, ok2 := strings.Cut(rest, "```yaml\n")
+	block, _, ok3 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/kubernetes.md has no my-values.yaml block")
+	}
+	var lines []string
+	for _, l := range strings.Split(block, "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "   "))
+	}
+	path := filepath.Join(t.TempDir(), "my-values.yaml")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := helmTemplate(t, "-f", seedValues, "-f", path)
+	byK := byKey(objs)
+	sec, ok := byK["Secret/"+Namespace+"/connections"]
+	if !ok {
+		t.Fatal("no connections Secret rendered")
+	}
+	if data, _, _ := unstructured.NestedStringMap(sec.Object, "data"); data["nfs-zone1.yaml"] == "" {
+		t.Errorf("the Secret has no nfs-zone1.yaml: %v", keys(data))
+	}
+	for _, w := range []string{"Deployment/" + Namespace + "/proxy-topology-controller", "DaemonSet/" + Namespace + "/proxy-topology-node"} {
+		o := byK[w]
+		vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+		names := strs(vols)
+		if count(names, "connections") != 1 || count(names, "nfs-socket") != 1 {
+			t.Errorf("%s: volumes %v, want connections and nfs-socket once each", w, names)
+		}
+		if m := strs(container(t, o, "proxy-topology")["volumeMounts"]); count(m, "nfs-socket") != 1 || count(m, "connections") != 1 {
+			t.Errorf("%s: mounts %v", w, m)
+		}
+	}
+	sc, ok := byK["StorageClass/nfs-zone1"]
+	if mode, _, _ := unstructured.NestedString(sc.Object, "volumeBindingMode"); !ok || mode != "WaitForFirstConsumer" {
+		t.Errorf("StorageClass nfs-zone1: rendered %v, volumeBindingMode %q", ok, mode)
+	}
+	c.dryRunAll(t, "the walk-through's values", objs)
+}

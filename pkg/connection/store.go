@@ -219,6 +219,17 @@ func (s *Store) Location() string {
 // again, and keeps its *Connection if the content is the same. ctx bounds
 // the wait for a new upstream client (see Options.BuildTimeout).
 func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
+	return s.get(ctx, name, true)
+}
+
+// Peek is Get for a look that is not a use: a cached connection's last use
+// is left as it was, so a background look (the proxy's capability refresh)
+// never keeps an unused connection from expiring.
+func (s *Store) Peek(ctx context.Context, name string) (*Connection, error) {
+	return s.get(ctx, name, false)
+}
+
+func (s *Store) get(ctx context.Context, name string, use bool) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
@@ -241,7 +252,9 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 	s.mu.RLock()
 	prev, cached := s.entries[name]
 	if cached && s.opts.CacheTimeout != 0 && prev.version == ver {
-		prev.lastUsed.Store(at)
+		if use {
+			prev.lastUsed.Store(at)
+		}
 		conn, err := prev.conn, prev.err
 		if conn != nil {
 			// The entry holds a reference while it is in the map.
@@ -288,6 +301,11 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 		e.sum = sha256.Sum256(data)
 	}
 	e.lastUsed.Store(at)
+	if !use && cached && conn != nil && conn == prev.conn {
+		// A peek at unchanged content (re-read because its version was
+		// racy) is not a use either.
+		e.lastUsed.Store(prev.lastUsed.Load())
+	}
 	if conn != nil {
 		conn.refs.Add(1) // the entry's reference
 	}

@@ -250,7 +250,9 @@ func (d *Driver) askConnections(ctx context.Context) ([]UpstreamCaps, []Unconfir
 			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, d.opts.CapabilityTimeout)
 			defer cancel()
-			c, err := d.opts.Store.Get(cctx, name)
+			// Peek: a refresh is not a use, so it does not keep an
+			// unused connection from expiring (cacheTimeoutMinutes).
+			c, err := d.opts.Store.Peek(cctx, name)
 			if err != nil {
 				mu.Lock()
 				bad = append(bad, Unconfirmed{Connection: name, Err: err})

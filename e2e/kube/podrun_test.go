@@ -52,6 +52,9 @@ func newPodRun(t *testing.T, c *cluster, pod *corev1.Pod) *podRun {
 		files := map[string][]byte{}
 		switch {
 		case v.EmptyDir != nil:
+		case v.HostPath != nil:
+			// This pod's own directory stands for the node's: each fake
+			// node has a host file system of its own.
 		case v.ConfigMap != nil:
 			cm, err := c.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
 			if err != nil {

@@ -110,7 +110,9 @@ func (s *stack) schedulingMessage(t *testing.T, pod string) string {
 // claim fits no zone: its pod is unschedulable for lack of storage and the
 // upstream is never asked for a volume. 1Gi claims with pods free to move
 // all land in zone1, without the scheduler ever trying zone2 (no
-// RESOURCE_EXHAUSTED from the provisioner).
+// RESOURCE_EXHAUSTED from the provisioner). Then two zones that both have
+// capacity, 1Gi and 10Gi (a group whose members report those): a 5Gi
+// claim lands in the zone where it fits.
 func TestCapacityTracking(t *testing.T) {
 	s := startStack(t)
 	c := s.c
@@ -162,7 +164,37 @@ func TestCapacityTracking(t *testing.T) {
 		t.Errorf("claim cap-big: %s, selected node %q; it fits no zone", p.Status.Phase, node)
 	}
 
-	for _, name := range append(small, "cap-big") {
+	// Two zones, both with capacity but not the same: a group (SPEC §11)
+	// whose member in zone1 reports 1Gi and in zone2 10Gi, so the
+	// provisioner publishes 1Gi and 10Gi. A 5Gi claim is bigger than
+	// zone1's capacity: its pod lands in zone2, and only the zone2 member
+	// makes a volume.
+	small1, big2 := startFakeUpstream(t, gi, false), startFakeUpstream(t, 10*gi, false)
+	s.setConnectionText(t, "capacity-m1", small1.connectionText("zone1"))
+	s.setConnectionText(t, "capacity-m2", big2.connectionText("zone2"))
+	s.setConnectionText(t, "capacity-group", "driver: group\ngroup:\n  members: [capacity-m1, capacity-m2]\n")
+	grp := s.firstConsumerClass(t, "capacity-group", "capacity-group")
+	s.waitCapacityExactly(t, grp, map[string]int64{"zone1": gi, "zone2": 10 * gi})
+	createSizedClaim(t, c, "cap-zone2", grp, 5*gi)
+	createPod(t, c, "cap-zone2", "cap-zone2", nil)
+	pvc, pod := s.waitBoundAndScheduled(t, "cap-zone2", "cap-zone2")
+	if !strings.HasPrefix(pod.Spec.NodeName, "worker-zone2-") {
+		t.Errorf("the 5Gi claim's pod is on %s; zone1 has 1Gi, so it belongs in zone2", pod.Spec.NodeName)
+	}
+	if m := s.provisioningFailed(t, "cap-zone2"); m != "" {
+		t.Errorf("claim cap-zone2: the provisioner failed once: %s", m)
+	}
+	if small1.Creates() != 0 || big2.Creates() != 1 {
+		t.Errorf("volumes made: zone1 member %d, zone2 member %d; want 0 and 1", small1.Creates(), big2.Creates())
+	}
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvs = append(pvs, pv)
+	t.Logf("5Gi claim with 1Gi in zone1, 10Gi in zone2: pod on %s", pod.Spec.NodeName)
+
+	for _, name := range append(small, "cap-big", "cap-zone2") {
 		deletePod(t, c, name)
 		if err := c.client.CoreV1().PersistentVolumeClaims(modesNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

@@ -132,8 +132,11 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 		if err := writeFile(filepath.Join(folder, rwConn+".yaml"), conn); err != nil {
 			return "", err
 		}
+		// Node topology type node: local-hostpath storage is node-local,
+		// and the proxy pins its volumes to the node (democratic-csi's
+		// proxy asks the same of local drivers).
 		cfg := filepath.Join(base, name, "proxy.yaml")
-		return cfg, writeFile(cfg, mainConfig(folder, ""))
+		return cfg, writeFile(cfg, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n  nodeTopology:\n    type: node\n", folder))
 	}
 	hostpathConn := func(data string) string {
 		return fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", data)

@@ -323,3 +323,67 @@ func nlWaitUnschedulable(t *testing.T, c *cluster, pod string) string {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestNodeLocalChart: the chart's node-local mode (nodeLocal.enabled,
+// controller.enabled false) is accepted by the API server, renders no
+// controller Deployment, and its DaemonSet runs what deploy/node-local
+// runs: the proxy with --mode=all and proxy.nodeLocal, and a provisioner
+// and snapshotter with the same flags.
+func TestNodeLocalChart(t *testing.T) {
+	c := getCluster(t)
+	c.ensureNamespace(t, Namespace)
+	chart := helmTemplate(t, "--set", "nodeLocal.enabled=true", "--set", "controller.enabled=false")
+	c.dryRunAll(t, "helm template (nodeLocal)", chart)
+	kust := decodeObjects(t, run(t, tools["KUSTOMIZE"], "build", "deploy/node-local"))
+	daemonSet := func(objs []*unstructured.Unstructured, what string) *corev1.PodSpec {
+		var spec *corev1.PodSpec
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "Deployment":
+				t.Errorf("%s renders Deployment %s; node-local mode has no controller Deployment", what, o.GetName())
+			case "DaemonSet":
+				var ds struct {
+					Spec struct {
+						Template corev1.PodTemplateSpec `json:"template"`
+					} `json:"spec"`
+				}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ds); err != nil {
+					t.Fatal(err)
+				}
+				spec = &ds.Spec.Template.Spec
+			}
+		}
+		if spec == nil {
+			t.Fatalf("%s renders no DaemonSet", what)
+		}
+		return spec
+	}
+	args := func(spec *corev1.PodSpec, name string) []string {
+		for _, ctr := range spec.Containers {
+			if ctr.Name == name {
+				return ctr.Args
+			}
+		}
+		t.Errorf("no container %s", name)
+		return nil
+	}
+	h, k := daemonSet(chart, "helm"), daemonSet(kust, "deploy/node-local")
+	for _, name := range []string{"csi-provisioner", "csi-snapshotter"} {
+		if a, b := args(h, name), args(k, name); fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s args: chart %v, deploy/node-local %v", name, a, b)
+		}
+	}
+	for what, spec := range map[string]*corev1.PodSpec{"helm": h, "deploy/node-local": k} {
+		if a := args(spec, "proxy-topology"); !strings.Contains(strings.Join(a, " "), "--mode=all") {
+			t.Errorf("%s: proxy-topology args %v lack --mode=all", what, a)
+		}
+	}
+	for _, o := range chart {
+		if o.GetKind() == "ConfigMap" {
+			data, _, _ := unstructured.NestedString(o.Object, "data", "proxy.yaml")
+			if !strings.Contains(data, "nodeLocal: true") {
+				t.Errorf("the chart's main config lacks proxy.nodeLocal: true:\n%s", data)
+			}
+		}
+	}
+}

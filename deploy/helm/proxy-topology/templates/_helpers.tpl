@@ -39,6 +39,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.csiDriver.attachRequired -}}
 {{- $_ := set (default dict $cfg.proxy) "controllerPublish" true -}}
 {{- end -}}
+{{- if include "proxy-topology.nodeLocal" . -}}
+{{- $_ := set (default dict $cfg.proxy) "nodeLocal" true -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

@@ -118,6 +118,9 @@ func TestCapacityTracking(t *testing.T) {
 	c := s.c
 	ctx := context.Background()
 	ensureModesNamespace(t, c)
+	// Scenario 6 too: every connection here is added to the Secret while
+	// the controller runs, and serves a new class without a restart.
+	pid := s.controller.cmd.Process.Pid
 	up := startFakeUpstream(t, 3*gi, false)
 	conn := "capacity-zone1"
 	s.setConnectionText(t, conn, up.connectionText("zone1"))
@@ -193,6 +196,15 @@ func TestCapacityTracking(t *testing.T) {
 	}
 	pvs = append(pvs, pv)
 	t.Logf("5Gi claim with 1Gi in zone1, 10Gi in zone2: pod on %s", pod.Spec.NodeName)
+
+	select {
+	case <-s.controller.exited:
+		t.Fatalf("the controller exited: %v", s.controller.cmd.ProcessState)
+	default:
+		if s.controller.cmd.Process.Pid != pid {
+			t.Fatal("the controller was restarted")
+		}
+	}
 
 	for _, name := range append(small, "cap-big", "cap-zone2") {
 		deletePod(t, c, name)

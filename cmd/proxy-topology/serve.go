@@ -244,7 +244,13 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		// the capabilities, so the first computation of auto ones comes
 		// first; Probe answers (not ready) meanwhile. Each upstream gets
 		// the capability timeout; one that does not answer adds nothing.
-		driver.RefreshCapabilities(ctx)
+		// The whole first computation is bounded too, so that many
+		// unreachable upstreams cannot hold readiness past a liveness
+		// probe's patience; those not asked in time add nothing until the
+		// next refresh.
+		rctx, rcancel := context.WithTimeout(ctx, startupCapabilityTimeout)
+		driver.RefreshCapabilities(rctx)
+		rcancel()
 		driver.SetReady(true)
 		watched := make(chan struct{})
 		wctx, cancel := context.WithCancel(ctx)
@@ -357,6 +363,10 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	changed.Store(d)
 	return d, nil
 }
+
+// startupCapabilityTimeout bounds the first computation of auto
+// capabilities, during which Probe reports not ready.
+const startupCapabilityTimeout = 15 * time.Second
 
 // onConnectionChange chains onLoad (the metrics' hook, may be nil) with
 // changed, called when a connection loads for the first time or reloads.

@@ -186,19 +186,25 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 }
 
 // RefreshCapabilities recomputes the auto parts of Options.Policy from
-// every connection's upstream and advertises the result. It logs what
+// every connection's upstream and advertises the result; with a SelfGuard
+// it also checks every driver: csi connection for a cycle again. It logs what
 // changed: growth after the first refresh is a warning, because the
 // sidecars read capabilities once and must be restarted to use it. It
 // returns the new set and the connections that could not be asked. Without
-// a Policy, or with nothing auto, it asks nothing.
+// a Policy, or with nothing auto, it asks for no capability.
 func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Unconfirmed) {
 	d.refreshMu.Lock()
 	defer d.refreshMu.Unlock()
 	p := d.opts.Policy
-	if p == nil || !p.Auto() {
+	auto := p != nil && p.Auto()
+	if !auto && d.opts.SelfGuard == nil {
 		return d.Capabilities(), nil
 	}
-	ups, unconfirmed := d.askConnections(ctx)
+	ups, unconfirmed := d.askConnections(ctx, auto)
+	if !auto {
+		// Only the loop re-check (SelfGuard) ran.
+		return d.Capabilities(), unconfirmed
+	}
 	next := p.Aggregate(ups)
 	prev := d.Capabilities()
 	d.caps.Store(&next)
@@ -224,8 +230,9 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 }
 
 // askConnections asks the upstream of every connection, each shared
-// client once, refreshWorkers at a time.
-func (d *Driver) askConnections(ctx context.Context) ([]UpstreamCaps, []Unconfirmed) {
+// client once, refreshWorkers at a time, for its capabilities when ask is
+// set; with a SelfGuard it first looks for a cycle again.
+func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed) {
 	names, err := d.opts.Store.List()
 	if err != nil {
 		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err)}}
@@ -260,6 +267,22 @@ func (d *Driver) askConnections(ctx context.Context) ([]UpstreamCaps, []Unconfir
 				return
 			}
 			defer c.Release()
+			// Look for a cycle again: another proxy's routes-to may have
+			// grown since this connection loaded (the two loaded at the
+			// same moment). A refused connection fails its calls and is
+			// left out of listings (Driver.connection, fanOut).
+			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
+				if err := g.Check(cctx, c); err != nil {
+					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)
+					mu.Lock()
+					bad = append(bad, Unconfirmed{Connection: name, Err: err})
+					mu.Unlock()
+					return
+				}
+			}
+			if !ask {
+				return
+			}
 			var ctrl, node *upstream.Client
 			if d.opts.Mode != ModeNode {
 				ctrl = c.Controller
@@ -302,7 +325,7 @@ func (d *Driver) askConnections(ctx context.Context) ([]UpstreamCaps, []Unconfir
 // after ConnectionsChanged is called (at most once per minGap), until ctx
 // ends. interval 0 means one minute.
 func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
-	if d.opts.Policy == nil || !d.opts.Policy.Auto() {
+	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.SelfGuard == nil {
 		return
 	}
 	if interval <= 0 {

@@ -143,6 +143,9 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 			return nil, "", status.Errorf(status.FromContextError(err).Code(), "%s stopped before connection %q: %v", method, name, err)
 		}
 		c, err := d.opts.Store.Get(ctx, name)
+		if err == nil {
+			err = d.refusedLoop(c)
+		}
 		if err != nil {
 			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
 			continue

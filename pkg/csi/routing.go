@@ -108,6 +108,9 @@ func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*connectio
 	if err != nil {
 		return nil, storeError(err)
 	}
+	if err := d.refusedLoop(c); err != nil {
+		return nil, err
+	}
 	hold(ctx, c)
 	return c, nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -46,6 +48,11 @@ type SelfGuard struct {
 
 	mu     sync.Mutex
 	routes map[string][]string // connection name -> instances it reaches
+	// refused holds connections a re-check (RefreshCapabilities) found
+	// routing back after they loaded: two proxies that loaded their
+	// connections to each other at the same moment both accepted them,
+	// and only a later look at each other's routes-to shows the cycle.
+	refused map[string]error
 }
 
 // Manifest keys of GetPluginInfo that carry the loop guard's markers.
@@ -63,7 +70,7 @@ const maxRoutes = 64
 func NewSelfGuard(endpoints ...string) *SelfGuard {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
-	g := &SelfGuard{instance: hex.EncodeToString(b), routes: map[string][]string{}, timeout: 3 * time.Second}
+	g := &SelfGuard{instance: hex.EncodeToString(b), routes: map[string][]string{}, refused: map[string]error{}, timeout: 3 * time.Second}
 	for _, ep := range endpoints {
 		if p := socketPath(ep); p != "" {
 			g.own = append(g.own, p)
@@ -111,8 +118,30 @@ func (g *SelfGuard) Manifest() map[string]string {
 
 // Check is connection.Options.Check: it refuses a driver: csi connection
 // whose endpoint is this proxy's socket or whose upstream routes back to
-// this proxy, naming the key and what was found.
+// this proxy, naming the key and what was found. Its verdict is also what
+// Refused reports for the connection until the next Check of it.
 func (g *SelfGuard) Check(ctx context.Context, c *connection.Connection) error {
+	err := g.check(ctx, c)
+	g.mu.Lock()
+	if err != nil {
+		g.refused[c.Name] = err
+		delete(g.routes, c.Name)
+	} else {
+		delete(g.refused, c.Name)
+	}
+	g.mu.Unlock()
+	return err
+}
+
+// Refused is the error of the last Check of the connection called name,
+// nil if it passed or was never checked.
+func (g *SelfGuard) Refused(name string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused[name]
+}
+
+func (g *SelfGuard) check(ctx context.Context, c *connection.Connection) error {
 	eps := []struct{ key, value string }{{"csi.endpoint", c.Config.CSI.Endpoint}}
 	if c.Config.CSI.NodeEndpoint != "" {
 		eps = append(eps, struct{ key, value string }{"csi.nodeEndpoint", c.Config.CSI.NodeEndpoint})
@@ -171,6 +200,20 @@ func (g *SelfGuard) ask(ctx context.Context, cl *upstream.Client) (instance stri
 		}
 	}
 	return m[ManifestInstance], routes, true
+}
+
+// refusedLoop fails (FAILED_PRECONDITION, releasing c) when a re-check
+// found that c routes back to this proxy after it loaded.
+func (d *Driver) refusedLoop(c *connection.Connection) error {
+	g := d.opts.SelfGuard
+	if g == nil {
+		return nil
+	}
+	if err := g.Refused(c.Name); err != nil {
+		c.Release()
+		return status.Errorf(codes.FailedPrecondition, "connection %q is refused: %v", c.Name, err)
+	}
+	return nil
 }
 
 // socketPath is the file of a unix endpoint, "" for anything else.

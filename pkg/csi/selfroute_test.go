@@ -95,3 +95,41 @@ func TestSelfRouteChain(t *testing.T) {
 		t.Errorf("b's GetPluginInfo manifest %v, %v", info.GetManifest(), err)
 	}
 }
+
+// TestSelfRouteRecheckedOnRefresh: two proxies that load their connections
+// to each other at the same moment both accept them (neither routes-to
+// holds the other yet). The capability refresh looks again, finds this
+// proxy in the upstream's routes-to, and refuses the connection from then
+// on: its calls fail and listings skip it.
+func TestSelfRouteRecheckedOnRefresh(t *testing.T) {
+	other := newFakeUpstream(t, withControllerCaps(listCaps...), withVolumes("x1"))
+	manifest := func(routes string) *csi.GetPluginInfoResponse {
+		m := map[string]string{pcsi.ManifestInstance: "other-proxy"}
+		if routes != "" {
+			m[pcsi.ManifestRoutesTo] = routes
+		}
+		return &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v", Manifest: m}
+	}
+	other.setResponse("GetPluginInfo", manifest(""))
+	p, g := startGuardedProxy(t)
+	p.add(t, "to-other", conn{Endpoint: other.Endpoint})
+	resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil || len(resp.GetEntries()) != 1 {
+		t.Fatalf("before the cycle shows: %v, %v", resp, err)
+	}
+	// The other proxy has since loaded its connection back here.
+	other.setResponse("GetPluginInfo", manifest(g.Instance()))
+	p.Driver.RefreshCapabilities(callCtx(t))
+	resp, err = p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil || len(resp.GetEntries()) != 0 {
+		t.Errorf("listing after the re-check: %v, %v; want the refused connection skipped", resp, err)
+	}
+	_, err = p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-other/x1"})
+	wantCode(t, err, codes.FailedPrecondition, `connection "to-other" is refused`, "route back to this proxy")
+	// Fixed on the other side: the next re-check accepts it again.
+	other.setResponse("GetPluginInfo", manifest(""))
+	p.Driver.RefreshCapabilities(callCtx(t))
+	if resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil || len(resp.GetEntries()) != 1 {
+		t.Errorf("after the cycle is gone: %v, %v", resp, err)
+	}
+}

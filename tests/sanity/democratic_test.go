@@ -47,6 +47,9 @@ func TestSanityDemocraticCSI(t *testing.T) {
 	t.Parallel()
 	src := os.Getenv(democraticEnv)
 	if src == "" {
+		if os.Getenv(childTargetEnv) == "" {
+			summary(t, "sanity democratic-csi: SKIPPED, "+democraticEnv+" names no democratic-csi source (make interop DEMOCRATIC_CSI=/path)")
+		}
 		t.Skipf("%s is not set: it names a democratic-csi source tree to run csi-sanity against its local-hostpath driver, "+
 			"directly and through the proxy (make interop DEMOCRATIC_CSI=/path; docs/conformance.md)", democraticEnv)
 	}
@@ -80,7 +83,7 @@ func TestSanityDemocraticCSI(t *testing.T) {
 		return
 	}
 	row := matrixRow{name: "democratic-csi local-hostpath", skips: democraticSkips}
-	added := compareResults(t, row, results[0], results[1], false)
+	added := compareResults(t, row, results[0], results[1], false).added
 	report := democraticTables(src, results[0], results[1], added)
 	t.Log("\n" + report)
 	summary(t, fmt.Sprintf("sanity democratic-csi local-hostpath: direct %s, through the proxy %s (passed/failed/skipped), %d failures added by the proxy",

@@ -76,9 +76,9 @@ func TestSanityMatrix(t *testing.T) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\n", row.name, counts(direct), counts(proxy), shortStandsFor(row))
 			continue
 		}
-		added := compareResults(t, row, direct, proxy, true)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.name, counts(direct), counts(proxy), added,
-			len(row.proxyDeviations), len(row.knownBugs), shortStandsFor(row))
+		c := compareResults(t, row, direct, proxy, true)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.name, counts(direct), counts(proxy), c.added,
+			c.byDesign, c.knownBugs, shortStandsFor(row))
 	}
 	tw.Flush()
 	for _, row := range matrixRows {
@@ -112,13 +112,16 @@ func shortStandsFor(row matrixRow) string {
 	return strings.TrimSpace(s)
 }
 
+// proxyFailures counts the specs that fail through the proxy and not
+// directly, by kind.
+type proxyFailures struct{ added, byDesign, knownBugs int }
+
 // compareResults fails t for every failure the proxy adds to the
 // driver's own and logs the specs that run directly but are skipped
 // through the proxy. With strictUpstream it also checks that the driver's
 // own failures are exactly the ones the row declares (a test driver that
-// fails something else is broken). It returns the number of failures the
-// proxy added.
-func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, strictUpstream bool) int {
+// fails something else is broken).
+func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, strictUpstream bool) proxyFailures {
 	t.Helper()
 	declared := func(list []SkipSpec, spec string) bool {
 		return slices.ContainsFunc(list, func(s SkipSpec) bool { return strings.Contains(spec, s.Spec) })
@@ -136,7 +139,7 @@ func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, st
 			t.Errorf("matrix %s: the row declares that the driver alone fails %q (%s), but it did not", row.name, d.Spec, d.Reason)
 		}
 	}
-	added := 0
+	var c proxyFailures
 	for _, spec := range sortedKeys(proxy.Failures) {
 		msg := proxy.Failures[spec]
 		if direct.States[spec] == "failed" {
@@ -145,14 +148,16 @@ func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, st
 		i := slices.IndexFunc(row.proxyDeviations, func(d deviation) bool { return strings.Contains(spec, d.Spec) })
 		if i >= 0 && strings.Contains(msg, row.proxyDeviations[i].message) {
 			t.Logf("matrix %s: %q fails through the proxy by design: %s", row.name, spec, row.proxyDeviations[i].Reason)
+			c.byDesign++
 			continue
 		}
 		i = slices.IndexFunc(row.knownBugs, func(d deviation) bool { return strings.Contains(spec, d.Spec) })
 		if i >= 0 && strings.Contains(msg, row.knownBugs[i].message) {
 			t.Logf("matrix %s: KNOWN PROXY BUG: %q fails through the proxy: %s: %s", row.name, spec, row.knownBugs[i].Reason, firstLine(msg))
+			c.knownBugs++
 			continue
 		}
-		added++
+		c.added++
 		t.Errorf("%s: the proxy adds a failure (directly: %s): %s: %s", row.name, orNone(direct.States[spec]), spec, firstLine(msg))
 	}
 	for _, d := range append(slices.Clip(row.proxyDeviations), row.knownBugs...) {
@@ -165,7 +170,7 @@ func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, st
 			t.Logf("matrix %s: passes directly, skipped through the proxy: %s (%s)", row.name, spec, proxy.SkipReasons[spec])
 		}
 	}
-	return added
+	return c
 }
 
 func orNone(state string) string {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
@@ -61,4 +62,18 @@ func checkNodeLocal(r *checkResult, path string, cfg *config.Loaded) {
 	r.warnings = append(r.warnings, fmt.Sprintf(
 		"node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by %s; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If %s is shared storage, declare where it is reachable in proxy.perDriver.topology",
 		labels.FullKey(cfg.Topology.Prefix(), nodetopology.TypeNode), c.LocalHostpath.ShareBasePath))
+}
+
+// warnCentralNodeLocal warns a controller-only process (the central
+// Deployment) about node-local connections: it would create their volumes
+// on its own pod's node and pin them to its node id, which in a
+// Deployment is rarely what anyone wants (check warns about the same).
+func warnCentralNodeLocal(mode string, nodeLocalMode bool, nodeID string, store *connection.Store, log *slog.Logger) {
+	if mode != pcsi.ModeController || nodeLocalMode {
+		return
+	}
+	if local := store.NodeLocalNames(); len(local) > 0 {
+		log.Warn("node-local connections served by a central controller: their volumes are created on this controller's disk and pinned to its node id; deploy the node-local mode (proxy.nodeLocal, docs/kubernetes.md) or declare the topology of shared storage",
+			"connections", strings.Join(local, ","), "node_id", nodeID)
+	}
 }

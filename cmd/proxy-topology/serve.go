@@ -316,6 +316,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	})
 	store := connection.NewStore(so)
 	x.watchStore(store)
+	warnCentralNodeLocal(o.Mode, cfg.Proxy.NodeLocal, o.NodeID, store, log)
 	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)

@@ -18,6 +18,8 @@ type matrixRow struct {
 	stage bool
 	// nodeTopologyType is the proxy's nodeTopology.type; empty is cluster.
 	nodeTopologyType string
+	// connectionExtra is appended to the connection file (a proxy: block).
+	connectionExtra string
 	// hungNeighbour adds a second connection, "hung", whose upstream
 	// accepts connections and never answers, with a 1s csi.timeout.
 	hungNeighbour bool
@@ -140,6 +142,18 @@ var matrixRows = []matrixRow{
 		// The driver's volumes live on one node: the proxy is run as SPEC
 		// §8 says for such an upstream, with nodeTopology.type node.
 		nodeTopologyType: "node",
+	},
+	{
+		name: "own-topology-declared",
+		profile: testupstream.Profile{
+			StandsFor:   "csi-driver-host-path with its default --enable-topology (as own-topology), behind a connection that declares where it is reachable, nodeTopology.type cluster",
+			TopologyKey: "topology.hostpath.csi/node",
+		},
+		stage: true,
+		// Type cluster: the upstream's own topology is accepted because
+		// the connection declares where its storage is (SPEC §8), and the
+		// volumes get that, never the upstream's key.
+		connectionExtra: "proxy:\n  perDriver:\n    topology:\n    - requirements: {cluster: local}\n",
 	},
 	{
 		name: "long-ids",

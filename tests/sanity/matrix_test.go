@@ -220,7 +220,7 @@ func matrixConfig(t *testing.T, row matrixRow, mode string) sanity.TestConfig {
 	if err := os.MkdirAll(folder, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{matrixConnection: "driver: csi\ncsi:\n  endpoint: " + up.Endpoint + "\n  timeout: 60s\n"}
+	files := map[string]string{matrixConnection: "driver: csi\ncsi:\n  endpoint: " + up.Endpoint + "\n  timeout: 60s\n" + row.connectionExtra}
 	if row.hungNeighbour {
 		hung, err := testupstream.Start(filepath.Join(dir, "hung", "csi.sock"), testupstream.Profile{Hang: true}, hostpath.Options{})
 		if err != nil {

@@ -139,7 +139,9 @@ func newServeCommand() *cobra.Command {
 in-flight calls finish for --shutdown-timeout.
 
 --mode picks the services: controller (the Deployment, with the sidecars),
-node (the DaemonSet) or all. Each flag's default comes from the env var its
+node (the DaemonSet) or all (one machine, or the DaemonSet of the
+node-local mode, where every node is the controller of its own disk:
+docs/kubernetes.md). Each flag's default comes from the env var its
 help names, so a Pod spec can set either. Without --config it serves the
 built-in example config, with local-hostpath connections under
 --default-dir.

@@ -20,6 +20,9 @@ type matrixRow struct {
 	nodeTopologyType string
 	// connectionExtra is appended to the connection file (a proxy: block).
 	connectionExtra string
+	// controllerPublish turns on local-hostpath's ControllerPublish and
+	// the proxy's proxy.controllerPublish.
+	controllerPublish bool
 	// hungNeighbour adds a second connection, "hung", whose upstream
 	// accepts connections and never answers, with a 1s csi.timeout.
 	hungNeighbour bool
@@ -185,6 +188,15 @@ var matrixRows = []matrixRow{
 		stage:           true,
 		hungNeighbour:   true,
 		proxyDeviations: unreachableListingDeviations,
+	},
+	{
+		name: "attach",
+		profile: testupstream.Profile{
+			StandsFor: "aws-ebs-csi-driver's attach step (pkg/driver/controller.go @429e202: PUBLISH_UNPUBLISH_VOLUME, " +
+				"a volume is attached to a node id before NodeStageVolume), behind proxy.controllerPublish",
+		},
+		stage:             true,
+		controllerPublish: true,
 	},
 	{
 		name: "modify",

@@ -198,7 +198,7 @@ func matrixConfig(t *testing.T, row matrixRow, mode string) sanity.TestConfig {
 	dir := sanityDir(t)
 	up, err := testupstream.Start(filepath.Join(dir, "upstream", "csi.sock"), row.profile, hostpath.Options{
 		DriverName: "matrix.sanity.proxy-topology", Version: "sanity", NodeID: "sanity-node",
-		BasePath: filepath.Join(dir, "upstream-base"), Stage: row.stage,
+		BasePath: filepath.Join(dir, "upstream-base"), Stage: row.stage, ControllerPublish: row.controllerPublish,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +240,8 @@ func matrixConfig(t *testing.T, row matrixRow, mode string) sanity.TestConfig {
 	}
 	mainCfg := filepath.Join(dir, "proxy.yaml")
 	if err := os.WriteFile(mainCfg, []byte(fmt.Sprintf(
-		"driver: proxy\ncsiName: matrix.sanity.proxy-topology\nproxy:\n  configFolder: %s\n  defaultConnection: %s\n  nodeTopology:\n    type: %s\n",
-		folder, matrixConnection, topoType)), 0o640); err != nil {
+		"driver: proxy\ncsiName: matrix.sanity.proxy-topology\nproxy:\n  configFolder: %s\n  defaultConnection: %s\n  controllerPublish: %t\n  nodeTopology:\n    type: %s\n",
+		folder, matrixConnection, row.controllerPublish, topoType)), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "proxy", "csi.sock")

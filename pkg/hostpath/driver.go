@@ -2,8 +2,8 @@
 // per volume under a base path, bind-mounted on publish, with snapshots and
 // clones made by copying directory trees.
 //
-// The same Driver serves the proxy in-process (over an in-memory listener),
-// runs standalone as a separate upstream process, and is the csi-sanity
+// The same Driver serves the proxy in process (called directly, see
+// pkg/upstream), runs standalone as a separate upstream process, and is the csi-sanity
 // target, so it follows the CSI spec to the letter rather than only doing what
 // Kubernetes happens to call.
 //
@@ -17,9 +17,12 @@
 //	tmp/<instance>/             work in progress of one running Driver
 //
 // A volume or snapshot exists exactly when its record exists: data is built
-// in tmp and renamed into place before the record is written, so a crash never
-// leaves a record without data, and leftovers in tmp are removed by the next
-// Driver that starts on the same BasePath.
+// in tmp and renamed into place before the record, a delete removes the
+// record before the data, so a crash never leaves a record without data;
+// creates are durable when they return, sharing their syncs (sync.go);
+// deletes are not synced; the next Driver that starts on the same BasePath
+// cleans up what an interrupted call left (recover.go). The invariants are
+// in docs/reliability.md §10.
 package hostpath
 
 import (

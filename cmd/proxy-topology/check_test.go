@@ -29,7 +29,7 @@ func TestCheck(t *testing.T) {
 testdata/check/good/connections/iscsi-tcp.yaml: ok
 testdata/check/good/connections/local.yaml: ok
 testdata/check/good/connections/nfs.yaml: ok
-advertised capabilities (auto, from 1 of 3 connections): controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi-tcp (Unavailable), nfs (Unavailable)
+advertised capabilities (auto, from 1 of 3 connections): controller service: yes; controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi-tcp (Unavailable), nfs (Unavailable)
 checked 4 files: 4 ok, 0 with warnings, 0 with errors
 `,
 		},
@@ -44,7 +44,7 @@ testdata/check/warnings/connections/self.yaml: error: csi.endpoint unix:///run/c
 testdata/check/warnings/connections/typo.yaml: warning: unknown key csi.timeuot (ignored)
 testdata/check/warnings/connections/_private.yaml: warning: ignored by the proxy: connection name "_private" has invalid character '_' at byte 0 (allowed: letters, digits, and . _ - after the first)
 testdata/check/warnings/connections/old.yml: warning: ignored by the proxy, which reads only <connection>.yaml; rename it to old.yaml
-advertised capabilities (auto, from 1 of 4 connections): controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi (Unavailable), typo (Unavailable)
+advertised capabilities (auto, from 1 of 4 connections): controller service: yes; controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi (Unavailable), typo (Unavailable)
 checked 7 files: 0 ok, 6 with warnings, 1 with errors
 `,
 		},
@@ -62,7 +62,7 @@ testdata/check/broken/connections/nested-proxy.yaml: error: driver: proxy is onl
 testdata/check/broken/connections/relative-socket.yaml: error: csi.endpoint: "unix://csi.sock": unix endpoint needs an absolute path (unix:///path/to/csi.sock); csi.nodeEndpoint: "nfs-node" is neither unix:///path nor host:port
 testdata/check/broken/connections/typo-topology.yaml: error: proxy.perDriver.topolgy: unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)
 testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath
-advertised capabilities (auto, from 0 of 1 connections): controller: none; node: none; volume expansion: none; unconfirmed, so adding nothing: fine (Unavailable)
+advertised capabilities (auto, from 0 of 1 connections): controller service: no; controller: none; node: none; volume expansion: none; unconfirmed, so adding nothing: fine (Unavailable)
 checked 12 files: 2 ok, 0 with warnings, 10 with errors
 `,
 		},
@@ -70,7 +70,7 @@ checked 12 files: 2 ok, 0 with warnings, 10 with errors
 			name: "empty folder", args: dir("empty"), code: 0,
 			stdout: `testdata/check/empty/proxy.yaml: ok
 testdata/check/empty/connections: warning: no connection files: every call that names a connection will fail
-advertised capabilities (auto, from 0 of 0 connections): controller: none; node: none; volume expansion: none
+advertised capabilities (auto, from 0 of 0 connections): controller service: no; controller: none; node: none; volume expansion: none
 checked 2 files: 1 ok, 1 with warnings, 0 with errors
 `,
 		},
@@ -128,7 +128,7 @@ checked 1 file: 0 ok, 1 with warnings, 0 with errors
 testdata/check/good/connections/iscsi-tcp.yaml: ok
 testdata/check/good/connections/local.yaml: ok
 testdata/check/good/connections/nfs.yaml: ok
-advertised capabilities (auto, from 1 of 3 connections): controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi-tcp (Unavailable), nfs (Unavailable)
+advertised capabilities (auto, from 1 of 3 connections): controller service: yes; controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi-tcp (Unavailable), nfs (Unavailable)
 checked 4 files: 4 ok, 0 with warnings, 0 with errors
 `,
 		},

@@ -180,7 +180,11 @@ func capsLine(c pcsi.Capabilities) string {
 	if c.Expansion != csi.PluginCapability_VolumeExpansion_UNKNOWN {
 		exp = c.Expansion.String()
 	}
-	return fmt.Sprintf("controller: %s; node: %s; volume expansion: %s",
+	svc := "no"
+	if c.ControllerService {
+		svc = "yes"
+	}
+	return fmt.Sprintf("controller service: %s; controller: %s; node: %s; volume expansion: %s", svc,
 		names(len(c.Controller), func(i int) string { return c.Controller[i].String() }),
 		names(len(c.Node), func(i int) string { return c.Node[i].String() }), exp)
 }

@@ -23,9 +23,10 @@ import (
 // what the connections' upstreams advertise. It never advertises what it
 // could not confirm: an upstream that cannot be asked contributes nothing
 // until a later refresh reaches it (and then a warning says the sidecars
-// must be restarted to see what grew), and with no connection at all only
-// the proxy's own plugin capabilities (CONTROLLER_SERVICE and
-// VOLUME_ACCESSIBILITY_CONSTRAINTS) are advertised.
+// must be restarted to see what grew), CONTROLLER_SERVICE is advertised
+// only when some upstream has a controller service, and with no
+// connection at all only VOLUME_ACCESSIBILITY_CONSTRAINTS (the proxy's
+// own) is advertised.
 
 // defaultCapabilityTimeout bounds the calls to one upstream in a refresh.
 const defaultCapabilityTimeout = 5 * time.Second
@@ -87,6 +88,10 @@ type UpstreamCaps struct {
 	Controller []csi.ControllerServiceCapability_RPC_Type
 	Node       []csi.NodeServiceCapability_RPC_Type
 	Expansion  csi.PluginCapability_VolumeExpansion_Type
+	// ControllerService: the plugin capability CONTROLLER_SERVICE, or,
+	// from an upstream that does not answer GetPluginCapabilities, a
+	// controller service that answers ControllerGetCapabilities.
+	ControllerService bool
 }
 
 // Aggregate is what the proxy advertises when ups are the capabilities of
@@ -97,7 +102,9 @@ func (p Policy) Aggregate(ups []UpstreamCaps) Capabilities {
 	ctrl := map[csi.ControllerServiceCapability_RPC_Type]bool{}
 	node := map[csi.NodeServiceCapability_RPC_Type]bool{}
 	expansion := csi.PluginCapability_VolumeExpansion_UNKNOWN
+	service := false
 	for _, u := range ups {
+		service = service || u.ControllerService
 		for _, t := range u.Controller {
 			ctrl[t] = true
 		}
@@ -111,7 +118,10 @@ func (p Policy) Aggregate(ups []UpstreamCaps) Capabilities {
 			expansion = u.Expansion
 		}
 	}
-	out := Capabilities{Controller: p.Controller, Node: p.Node, Expansion: expansion}
+	out := Capabilities{Controller: p.Controller, Node: p.Node, Expansion: expansion, ControllerService: service}
+	if p.Controller != nil {
+		out.ControllerService = len(p.Controller) > 0
+	}
 	if p.Controller == nil {
 		out.Controller = []csi.ControllerServiceCapability_RPC_Type{}
 		for _, t := range implementedController(p.ControllerPublish) {
@@ -153,14 +163,19 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 	if id == nil {
 		id = node
 	}
+	pluginAnswered := false
 	if id != nil {
 		resp, err := id.Identity.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
 		if err != nil && !unimplemented(err) {
 			return UpstreamCaps{}, fmt.Errorf("GetPluginCapabilities: %w", err)
 		}
+		pluginAnswered = err == nil
 		for _, c := range resp.GetCapabilities() {
 			if e := c.GetVolumeExpansion(); e != nil {
 				out.Expansion = e.GetType()
+			}
+			if c.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
+				out.ControllerService = ctrl != nil
 			}
 		}
 	}
@@ -168,6 +183,9 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 		resp, err := ctrl.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
 		if err != nil && !unimplemented(err) {
 			return UpstreamCaps{}, fmt.Errorf("ControllerGetCapabilities: %w", err)
+		}
+		if err == nil && !pluginAnswered {
+			out.ControllerService = true
 		}
 		for _, c := range resp.GetCapabilities() {
 			out.Controller = append(out.Controller, c.GetRpc().GetType())
@@ -393,6 +411,13 @@ func capsDiff(prev, next Capabilities) (added, removed []string) {
 	}
 	diffList(names(typeNames(prev.Controller)), names(typeNames(next.Controller)), "controller:")
 	diffList(names(typeNames(prev.Node)), names(typeNames(next.Node)), "node:")
+	if prev.ControllerService != next.ControllerService {
+		if next.ControllerService {
+			added = append(added, "plugin:CONTROLLER_SERVICE")
+		} else {
+			removed = append(removed, "plugin:CONTROLLER_SERVICE")
+		}
+	}
 	if prev.Expansion != next.Expansion {
 		if next.Expansion == csi.PluginCapability_VolumeExpansion_UNKNOWN {
 			removed = append(removed, "expansion:"+prev.Expansion.String())

@@ -64,17 +64,20 @@ func advertised(t *testing.T, p *testProxy) pcsi.Capabilities {
 	if err != nil {
 		t.Fatal(err)
 	}
-	services := 0
+	topology := false
 	for _, c := range pr.GetCapabilities() {
 		if e := c.GetVolumeExpansion(); e != nil {
 			out.Expansion = e.GetType()
 		}
-		if c.GetService() != nil {
-			services++
+		switch c.GetService().GetType() {
+		case csi.PluginCapability_Service_CONTROLLER_SERVICE:
+			out.ControllerService = true
+		case csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS:
+			topology = true
 		}
 	}
-	if services != 2 {
-		t.Errorf("plugin capabilities %v: want CONTROLLER_SERVICE and VOLUME_ACCESSIBILITY_CONSTRAINTS always", pr.GetCapabilities())
+	if !topology {
+		t.Errorf("plugin capabilities %v: want VOLUME_ACCESSIBILITY_CONSTRAINTS always", pr.GetCapabilities())
 	}
 	return out
 }
@@ -115,8 +118,9 @@ func TestAutoCapabilities(t *testing.T) {
 		// In the proxy's order, not the upstreams'.
 		Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 			csi.ControllerServiceCapability_RPC_LIST_VOLUMES},
-		Node:      []nodeCap{csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS},
-		Expansion: csi.PluginCapability_VolumeExpansion_OFFLINE,
+		Node:              []nodeCap{csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS},
+		Expansion:         csi.PluginCapability_VolumeExpansion_OFFLINE,
+		ControllerService: true,
 	}
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("auto (-want +got):\n%s", d)
@@ -147,9 +151,22 @@ func TestAutoCapabilities(t *testing.T) {
 		p.remove(t, n)
 	}
 	p.Driver.RefreshCapabilities(callCtx(t))
-	want = pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}, Node: []nodeCap{}}
+	// b answers no GetPluginCapabilities, but its controller service
+	// answers ControllerGetCapabilities.
+	want = pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}, Node: []nodeCap{}, ControllerService: true}
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("after removals (-want +got):\n%s", d)
+	}
+
+	// Only the node-only driver: no CONTROLLER_SERVICE (csi-sanity's node
+	// tests would otherwise create volumes through a controller that
+	// cannot).
+	p.remove(t, "b")
+	p.add(t, "node-only", conn{Endpoint: nodeOnly.Endpoint})
+	p.Driver.RefreshCapabilities(callCtx(t))
+	want = pcsi.Capabilities{Controller: []ctrlCap{}, Node: []nodeCap{csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}
+	if d := diff(want, advertised(t, p)); d != "" {
+		t.Errorf("node-only (-want +got):\n%s", d)
 	}
 	if !strings.Contains(p.Logs.String(), "advertised capabilities shrank") {
 		t.Errorf("no warning about shrinking:\n%s", p.Logs.String())
@@ -206,7 +223,7 @@ func TestAutoCapabilitiesUnreachable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the refresh is not bounded by the capability timeout")
 	}
-	if d := diff(pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}, Node: []nodeCap{}}, advertised(t, p)); d != "" {
+	if d := diff(pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}, Node: []nodeCap{}, ControllerService: true}, advertised(t, p)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	if logs := p.Logs.String(); !strings.Contains(logs, "could not be asked") || !strings.Contains(logs, `"connection":"hung"`) {
@@ -224,9 +241,10 @@ func TestExplicitCapabilitiesReplaceAuto(t *testing.T) {
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	p.Driver.RefreshCapabilities(callCtx(t))
 	want := pcsi.Capabilities{
-		Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_GET_CAPACITY},
-		Node:       []nodeCap{csi.NodeServiceCapability_RPC_GET_VOLUME_STATS},
-		Expansion:  csi.PluginCapability_VolumeExpansion_OFFLINE,
+		Controller:        []ctrlCap{csi.ControllerServiceCapability_RPC_GET_CAPACITY},
+		Node:              []nodeCap{csi.NodeServiceCapability_RPC_GET_VOLUME_STATS},
+		Expansion:         csi.PluginCapability_VolumeExpansion_OFFLINE,
+		ControllerService: true,
 	}
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)

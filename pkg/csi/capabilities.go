@@ -42,6 +42,10 @@ type Capabilities struct {
 	// Expansion is the VOLUME_EXPANSION plugin capability; UNKNOWN
 	// advertises none.
 	Expansion csi.PluginCapability_VolumeExpansion_Type
+	// ControllerService advertises the CONTROLLER_SERVICE plugin
+	// capability: without it the CO calls no controller RPC (a node-only
+	// upstream).
+	ControllerService bool
 }
 
 // ResolveCapabilities turns explicit capability lists into the advertised
@@ -51,7 +55,7 @@ type Capabilities struct {
 func ResolveCapabilities(controller, node []string, controllerPublish bool) (Capabilities, error) {
 	ctrl := implementedController(controllerPublish)
 	var errs []error
-	out := Capabilities{Controller: ctrl, Node: supportedNode, Expansion: csi.PluginCapability_VolumeExpansion_ONLINE}
+	out := Capabilities{Controller: ctrl, Node: supportedNode, Expansion: csi.PluginCapability_VolumeExpansion_ONLINE, ControllerService: true}
 	if len(controller) > 0 {
 		out.Controller = nil
 		for i, name := range controller {

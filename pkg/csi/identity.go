@@ -17,19 +17,22 @@ func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 	return resp, nil
 }
 
-// GetPluginCapabilities advertises the controller service and topology,
-// which are the proxy's own, and volume expansion as Capabilities says
-// (with a Policy: online if some upstream expands online, else offline if
-// some upstream expands offline, else none).
+// GetPluginCapabilities advertises topology, which is the proxy's own, and
+// the controller service and volume expansion as Capabilities says (with a
+// Policy: the controller service if some upstream has one; online
+// expansion if some upstream expands online, else offline if some
+// upstream expands offline, else none).
 func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	resp := &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
-		svc(csi.PluginCapability_Service_CONTROLLER_SERVICE),
-		svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-	}}
-	if e := d.Capabilities().Expansion; e != csi.PluginCapability_VolumeExpansion_UNKNOWN {
+	caps := d.Capabilities()
+	resp := &csi.GetPluginCapabilitiesResponse{}
+	if caps.ControllerService {
+		resp.Capabilities = append(resp.Capabilities, svc(csi.PluginCapability_Service_CONTROLLER_SERVICE))
+	}
+	resp.Capabilities = append(resp.Capabilities, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	if e := caps.Expansion; e != csi.PluginCapability_VolumeExpansion_UNKNOWN {
 		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
 			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: e}}})
 	}

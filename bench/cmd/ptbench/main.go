@@ -288,7 +288,8 @@ func run(o options) (*Results, error) {
 	if len(o.only) == 0 {
 		res.Targets, res.Reported = targets(res)
 	}
-	res.Targets = append(res.Targets, realWorkTargets(res.RealWork)...)
+	goals, reports := realWorkTargets(res.RealWork)
+	res.Targets, res.Reported = append(res.Targets, goals...), append(res.Reported, reports...)
 	return res, err
 }
 

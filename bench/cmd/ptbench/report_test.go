@@ -194,8 +194,7 @@ func TestStatusKiB(t *testing.T) {
 }
 
 // Without democratic-csi the peer targets say skipped and why, never ok,
-// and do not fail the run; the target measured against the built-in driver
-// still runs.
+// and do not fail the run; the proxy over the built-in driver is reported.
 func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 	rw := &RealWork{SkipReason: "no democratic-csi checkout given", RSSKiB: map[string]int64{"builtin-proxy": 30000}}
 	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy"} {
@@ -204,7 +203,11 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 		}
 	}
 	skipped := 0
-	for _, tg := range realWorkTargets(rw) {
+	goals, reports := realWorkTargets(rw)
+	if len(reports) != 1 || reports[0].Value != 1 {
+		t.Errorf("reported = %+v, want the proxy over the built-in driver, 1.0", reports)
+	}
+	for _, tg := range goals {
 		line := tg.Line()
 		if tg.Skipped != "" {
 			skipped++
@@ -217,7 +220,7 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 			t.Errorf("target without a peer missed: %q", line)
 		}
 	}
-	if skipped != 3 {
-		t.Errorf("%d targets skipped, want the 3 peer targets", skipped)
+	if skipped != 4 {
+		t.Errorf("%d targets skipped, want the 4 peer targets", skipped)
 	}
 }

@@ -117,10 +117,6 @@ var matrixRows = []matrixRow{
 			NoVolumeExpansion: true,
 		},
 		stage: true,
-		knownBugs: []deviation{
-			{SkipSpec{"Node Service should work", nodeOnlyBug}, "does not support CreateVolume"},
-			{SkipSpec{"Node Service should be idempotent", nodeOnlyBug}, "does not support CreateVolume"},
-		},
 		upstreamFails: []SkipSpec{
 			{"ValidateVolumeCapabilities should fail when no volume id is provided", "node-manual answers every controller RPC UNIMPLEMENTED"},
 			{"ValidateVolumeCapabilities should fail when no volume capabilities are provided", "the spec creates a volume first; node-manual has no CreateVolume"},
@@ -230,12 +226,6 @@ var endlessPagingDeviations = func() []deviation {
 	}
 	return out
 }()
-
-// nodeOnlyBug: with auto capabilities and only a node-only upstream, the
-// proxy advertises no controller RPC but still the CONTROLLER_SERVICE
-// plugin capability, so csi-sanity (like a CO) takes it for a controller
-// and runs its CreateVolume lifecycle, which the upstream cannot serve.
-const nodeOnlyBug = "open defect (pkg/csi capabilities, issue 15 item 2): CONTROLLER_SERVICE is advertised although no upstream has a controller service"
 
 // unreachableListingDeviations: a listing covers every connection, and the
 // proxy fails it, naming the connection, when one upstream cannot be

@@ -33,6 +33,11 @@
 //     ListSnapshots across connections, list tokens), node.go (stage,
 //     publish, stats, expand on the node), group.go (connection groups,
 //     SPEC §11: the member a CreateVolume goes to, a group's capacity).
+//   - Forwarding to drivers the proxy did not write: autocaps.go
+//     (proxy.capabilities: auto, recomputed as connections change),
+//     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an
+//     upstream's own accessible_topology is never widened), selfroute.go
+//     (connections that route back to this proxy are refused).
 //
 // The proxy keeps no state of its own: IDs carry their connection
 // (pkg/ids), connections come from pkg/connection, topology decisions from

@@ -449,8 +449,8 @@ func TestLoadMainUnknownProxyKeys(t *testing.T) {
 func TestLoadMainCapabilitiesAndIDLength(t *testing.T) {
 	for _, tt := range []struct {
 		name, yml, wantErr string
-		want              Capabilities
-		wantMax           int
+		want               Capabilities
+		wantMax            int
 	}{
 		{name: "unset", yml: minimal},
 		{name: "auto", yml: minimal + "  capabilities: auto\n"},

@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -76,4 +80,20 @@ func warnCentralNodeLocal(mode string, nodeLocalMode bool, nodeID string, store 
 		log.Warn("node-local connections served by a central controller: their volumes are created on this controller's disk and pinned to its node id; deploy the node-local mode (proxy.nodeLocal, docs/kubernetes.md) or declare the topology of shared storage",
 			"connections", strings.Join(local, ","), "node_id", nodeID)
 	}
+}
+
+// dryRunDecide is the topology command's CreateVolume decision for a
+// parsed connection c: a node-local connection is decided as the
+// controller on the dry run's node would decide it (pinned to that node,
+// or refused for another), any other by its topology list.
+func dryRunDecide(stdout io.Writer, conn string, req *csi.TopologyRequirement, c *config.Connection, opts accessible.Options, nodeName string, segments map[string]string) ([]*csi.Topology, error) {
+	if !connection.IsNodeLocal(c) {
+		return accessible.Decide(conn, req, c.Proxy.PerDriver.Topology, opts)
+	}
+	fmt.Fprintf(stdout, "  node-local (local-hostpath without topology): decided as the controller on node %q\n", nodeName)
+	d, err := opts.DecideNodeLocal(conn, accessible.Host{Name: nodeName, Segments: segments}, req.GetRequisite(), req.GetPreferred())
+	if err != nil {
+		return nil, err
+	}
+	return d.Topologies(), nil
 }

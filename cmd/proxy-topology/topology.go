@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/csiclient"
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
@@ -216,7 +215,7 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 		return configErrorf("connection %q: %v", conn, err)
 	}
 	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, file, terms)
-	top, err := accessible.Decide(conn, req, c.Proxy.PerDriver.Topology, opts)
+	top, err := dryRunDecide(stdout, conn, req, c, opts, in.NodeName, res.Segments)
 	if err != nil {
 		st := status.Convert(err)
 		fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())

@@ -180,7 +180,7 @@ func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 // and each create returns only after a round that synced its record.
 func TestGroupCommitSharesSyncs(t *testing.T) {
 	d, r := tracedDriver(t)
-	r.delay = 5 * time.Millisecond
+	r.delay = 20 * time.Millisecond
 	const n = 16
 	var wg sync.WaitGroup
 	ids := make([]string, n)

@@ -122,15 +122,7 @@ func NoMemberError(group string, names, offers []string, requisite, preferred []
 		terms, kind = preferred, KindPreferred
 	}
 	var sb strings.Builder
-	if len(terms) == 1 {
-		sb.WriteString("topology ")
-		writeSegments(&sb, termSegments(terms[0]))
-		sb.WriteString(" (" + kind + ") is not accessible")
-	} else {
-		sb.WriteString("none of the topologies ")
-		writeList(&sb, len(terms), func(i int) []segment { return termSegments(terms[i]) })
-		sb.WriteString(" (" + kind + ") is accessible")
-	}
+	writeAsked(&sb, kind, terms)
 	sb.WriteString(" for any member of group " + strconv.Quote(group) + ": ")
 	for i, name := range names {
 		if i > 0 {

@@ -25,15 +25,7 @@ const (
 // not take part in matching, so showing them would mislead).
 func notAccessibleMessage(connection, kind string, terms []*csi.Topology, norm [][]segment) string {
 	var sb strings.Builder
-	if len(terms) == 1 {
-		sb.WriteString("topology ")
-		writeSegments(&sb, termSegments(terms[0]))
-		sb.WriteString(" (" + kind + ") is not accessible")
-	} else {
-		sb.WriteString("none of the topologies ")
-		writeList(&sb, len(terms), func(i int) []segment { return termSegments(terms[i]) })
-		sb.WriteString(" (" + kind + ") is accessible")
-	}
+	writeAsked(&sb, kind, terms)
 	sb.WriteString(" for connection ")
 	sb.WriteString(strconv.Quote(connection))
 	sb.WriteString(" (it offers ")
@@ -102,4 +94,18 @@ func writeShort(sb *strings.Builder, s string) {
 	sb.WriteString("…(")
 	sb.WriteString(strconv.Itoa(len(s)))
 	sb.WriteString(" bytes)")
+}
+
+// writeAsked writes the first half of a refusal: what was asked, as the CO
+// sent it ("topology {…} (requisite) is not accessible").
+func writeAsked(sb *strings.Builder, kind string, terms []*csi.Topology) {
+	if len(terms) == 1 {
+		sb.WriteString("topology ")
+		writeSegments(sb, termSegments(terms[0]))
+		sb.WriteString(" (" + kind + ") is not accessible")
+		return
+	}
+	sb.WriteString("none of the topologies ")
+	writeList(sb, len(terms), func(i int) []segment { return termSegments(terms[i]) })
+	sb.WriteString(" (" + kind + ") is accessible")
 }

@@ -77,7 +77,8 @@ func createSizedClaim(t *testing.T, c *cluster, name, class string, bytes int64)
 }
 
 // schedulingMessage waits until kube-scheduler reports the pod
-// unschedulable and returns its message.
+// unschedulable and returns its message; a pod that gets a node fails the
+// test.
 func (s *stack) schedulingMessage(t *testing.T, pod string) string {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -90,7 +91,7 @@ func (s *stack) schedulingMessage(t *testing.T, pod string) string {
 			t.Fatalf("pod %s was scheduled onto %s", pod, p.Spec.NodeName)
 		}
 		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
 				return cond.Message
 			}
 		}

@@ -154,7 +154,7 @@ func TestNodeLocalProvisioning(t *testing.T) {
 			pod2 := tc.claim + "-2"
 			createPod(t, c, pod2, tc.claim, map[string]string{nlLabel: "true", prefix + "/node": other})
 			t.Cleanup(func() { deletePod(t, c, pod2) })
-			msg := nlWaitUnschedulable(t, c, pod2)
+			msg := (&stack{c: c}).schedulingMessage(t, pod2)
 			if !strings.Contains(msg, "didn't match PersistentVolume's node affinity") {
 				t.Errorf("pod %s (only %s) is unschedulable for another reason: %s", pod2, other, msg)
 			}
@@ -294,31 +294,6 @@ func nlWaitBound(t *testing.T, c *cluster, nodes map[string]*nlNode, claim, pod 
 		if time.Now().After(deadline) {
 			t.Fatalf("after 90s: claim %s is %s (annotations %v), pod %s on node %q (conditions %v)\nevents:\n%s",
 				claim, pvc.Status.Phase, pvc.Annotations, pod, p.Spec.NodeName, p.Status.Conditions, (&stack{c: c}).events(t))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// nlWaitUnschedulable waits for the scheduler to give up on the pod and
-// returns its message; a pod that gets a node fails the test.
-func nlWaitUnschedulable(t *testing.T, c *cluster, pod string) string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p, err := c.client.CoreV1().Pods(modesNamespace).Get(context.Background(), pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Spec.NodeName != "" {
-			t.Fatalf("pod %s was scheduled on %s, away from its volume", pod, p.Spec.NodeName)
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				return cond.Message
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s the scheduler has not decided on pod %s: %v", pod, p.Status.Conditions)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -310,3 +310,18 @@ func tail(b []byte, lines int) string {
 	}
 	return strings.Join(s, "\n")
 }
+
+// stopProcess stops a process the test started: SIGINT, which the proxy and
+// the drivers answer by shutting down cleanly, then SIGKILL after ten
+// seconds; it returns once the process is gone.
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}

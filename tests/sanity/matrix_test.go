@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"text/tabwriter"
-	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 
@@ -273,15 +272,7 @@ func startServe(t *testing.T, bin, dir, cfgFile, sock string) {
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
+			stopProcess(cmd)
 			logFile.Close()
 		})
 	}

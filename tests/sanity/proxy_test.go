@@ -196,15 +196,7 @@ func startStandalone(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		stopProcess(cmd)
 		logFile.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(logFile.Name())

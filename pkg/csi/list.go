@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -45,9 +46,14 @@ func decodeToken(tok string) (conn, upstreamToken string, err error) {
 	return string(c), string(u), nil
 }
 
+// truncate shortens s to at most n bytes for a message, on a character
+// boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // never split a character: "zöne" must not become "z\xc3…"
 	}
 	return s[:n] + "…"
 }

@@ -55,3 +55,23 @@ func FuzzDecodeToken(f *testing.F) {
 		}
 	})
 }
+
+// A value cut short for a message is cut between characters, so the
+// message stays valid UTF-8 (a listing token or segment written by a user).
+func TestTruncateKeepsCharacters(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"abcdef", 3, "abc…"},
+		{"zöne", 2, "z…"}, // byte 2 is inside 'ö'
+		{"zöne", 3, "zö…"},
+	} {
+		got := truncate(tt.in, tt.n)
+		if got != tt.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}

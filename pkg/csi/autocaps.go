@@ -267,6 +267,10 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, refreshWorkers)
 	)
+	var round *Round
+	if d.opts.SelfGuard != nil {
+		round = d.opts.SelfGuard.NewRound()
+	}
 	for _, name := range names {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -290,7 +294,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			// same moment). A refused connection fails its calls and is
 			// left out of listings (Driver.connection, fanOut).
 			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
-				if err := g.Check(cctx, c); err != nil {
+				if err := g.CheckIn(cctx, c, round); err != nil {
 					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)
 					mu.Lock()
 					bad = append(bad, Unconfirmed{Connection: name, Err: err})

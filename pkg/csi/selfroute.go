@@ -121,7 +121,15 @@ func (g *SelfGuard) Manifest() map[string]string {
 // this proxy, naming the key and what was found. Its verdict is also what
 // Refused reports for the connection until the next Check of it.
 func (g *SelfGuard) Check(ctx context.Context, c *connection.Connection) error {
-	err := g.check(ctx, c)
+	return g.CheckIn(ctx, c, nil)
+}
+
+// CheckIn is Check within a round of checks (NewRound): an upstream client
+// shared by many connections is asked once per round, not once per
+// connection, so the periodic re-check of ten thousand connections to one
+// storage system costs one GetPluginInfo. A nil round asks every time.
+func (g *SelfGuard) CheckIn(ctx context.Context, c *connection.Connection, r *Round) error {
+	err := g.check(ctx, c, r)
 	g.mu.Lock()
 	if err != nil {
 		g.refused[c.Name] = err
@@ -141,7 +149,7 @@ func (g *SelfGuard) Refused(name string) error {
 	return g.refused[name]
 }
 
-func (g *SelfGuard) check(ctx context.Context, c *connection.Connection) error {
+func (g *SelfGuard) check(ctx context.Context, c *connection.Connection, r *Round) error {
 	eps := []struct{ key, value string }{{"csi.endpoint", c.Config.CSI.Endpoint}}
 	if c.Config.CSI.NodeEndpoint != "" {
 		eps = append(eps, struct{ key, value string }{"csi.nodeEndpoint", c.Config.CSI.NodeEndpoint})
@@ -159,7 +167,7 @@ func (g *SelfGuard) check(ctx context.Context, c *connection.Connection) error {
 	}
 	var reached []string
 	for i, cl := range clients {
-		inst, routes, ok := g.ask(ctx, cl)
+		inst, routes, ok := r.ask(ctx, g, cl)
 		if !ok {
 			continue
 		}
@@ -182,6 +190,52 @@ func (g *SelfGuard) check(ctx context.Context, c *connection.Connection) error {
 	}
 	g.mu.Unlock()
 	return nil
+}
+
+// Round remembers, for one round of re-checks, what each upstream client
+// answered to GetPluginInfo. Its zero value is not usable; a nil *Round
+// remembers nothing.
+type Round struct {
+	mu     sync.Mutex
+	answer map[*upstream.Client]*roundAnswer
+}
+
+type roundAnswer struct {
+	done     chan struct{}
+	instance string
+	routes   []string
+	ok       bool
+}
+
+// NewRound starts a round of checks (CheckIn).
+func (g *SelfGuard) NewRound() *Round {
+	return &Round{answer: map[*upstream.Client]*roundAnswer{}}
+}
+
+// ask is g.ask once per client in the round; callers asking for a client
+// whose answer is on its way wait for it.
+func (r *Round) ask(ctx context.Context, g *SelfGuard, cl *upstream.Client) (string, []string, bool) {
+	if r == nil {
+		return g.ask(ctx, cl)
+	}
+	r.mu.Lock()
+	a, asked := r.answer[cl]
+	if !asked {
+		a = &roundAnswer{done: make(chan struct{})}
+		r.answer[cl] = a
+	}
+	r.mu.Unlock()
+	if !asked {
+		a.instance, a.routes, a.ok = g.ask(ctx, cl)
+		close(a.done)
+		return a.instance, a.routes, a.ok
+	}
+	select {
+	case <-a.done:
+		return a.instance, a.routes, a.ok
+	case <-ctx.Done():
+		return "", nil, false
+	}
 }
 
 // ask calls GetPluginInfo; ok is false when the upstream did not answer.

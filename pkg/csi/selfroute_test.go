@@ -1,6 +1,7 @@
 package csi_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,35 @@ func TestSelfRouteRecheckedOnRefresh(t *testing.T) {
 	p.Driver.RefreshCapabilities(callCtx(t))
 	if resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil || len(resp.GetEntries()) != 1 {
 		t.Errorf("after the cycle is gone: %v, %v", resp, err)
+	}
+}
+
+// TestSelfRouteRecheckAsksEachUpstreamOnce: the periodic re-check asks an
+// upstream that many connections share for GetPluginInfo once per round,
+// not once per connection (ten thousand connections to one storage system
+// would otherwise cost ten thousand calls a minute), and a cycle it finds
+// still refuses every one of them.
+func TestSelfRouteRecheckAsksEachUpstreamOnce(t *testing.T) {
+	up := newFakeUpstream(t, withControllerCaps(listCaps...))
+	p, g := startGuardedProxy(t)
+	const n = 20
+	for i := range n {
+		p.add(t, fmt.Sprintf("c%02d", i), conn{Endpoint: up.Endpoint})
+	}
+	// Load them all (each load checks on its own), then count one round.
+	if _, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(up.requests("GetPluginInfo"))
+	p.Driver.RefreshCapabilities(callCtx(t))
+	if asked := len(up.requests("GetPluginInfo")) - before; asked != 1 {
+		t.Errorf("one re-check round of %d connections to one upstream asked GetPluginInfo %d times, want 1", n, asked)
+	}
+	up.setResponse("GetPluginInfo", &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v",
+		Manifest: map[string]string{pcsi.ManifestInstance: "other", pcsi.ManifestRoutesTo: g.Instance()}})
+	p.Driver.RefreshCapabilities(callCtx(t))
+	for i := range n {
+		_, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: fmt.Sprintf("v:c%02d/x", i)})
+		wantCode(t, err, codes.FailedPrecondition, "is refused", "route back to this proxy")
 	}
 }

@@ -28,7 +28,8 @@ import (
 // on a call: present, an ordinary connection, loading. A member without
 // topology admits every term, so the members after it are never chosen: a
 // warning unless it is last. A member whose entry an earlier member also
-// serves never gets claims for it: a warning says which member wins.
+// serves never gets claims for it: a warning says which member wins. A
+// node-local member admits only its controller's node, so it is neither.
 func checkGroupFile(path, name, folder string, opts accessible.Options) (checkResult, bool) {
 	r := checkResult{path: path}
 	data, err := os.ReadFile(path)
@@ -75,6 +76,11 @@ func checkGroupFile(path, name, folder string, opts accessible.Options) (checkRe
 			continue
 		}
 		key := fmt.Sprintf("group.members[%d]", i)
+		if connection.IsNodeLocal(c) {
+			// It admits only the node whose controller serves the
+			// call (SPEC §12), so the members after it serve the rest.
+			continue
+		}
 		if len(c.Proxy.PerDriver.Topology) == 0 {
 			if i < len(members)-1 {
 				r.warnings = append(r.warnings, fmt.Sprintf("%s: %q declares no topology, so it admits every claim: %s after it %s never chosen; put it last",

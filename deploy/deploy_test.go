@@ -51,10 +51,13 @@ type manifests struct {
 	namespace string
 }
 
+func newManifests() *manifests {
+	return &manifests{byKind: map[string][]runtime.Object{}, roles: map[string][]rbacv1.PolicyRule{}, bindings: map[string][]string{}}
+}
+
 func load(t *testing.T) *manifests {
 	t.Helper()
-	m := &manifests{byKind: map[string][]runtime.Object{}, roles: map[string][]rbacv1.PolicyRule{}, bindings: map[string][]string{}}
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	m := newManifests()
 	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -68,48 +71,7 @@ func load(t *testing.T) *manifests {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := utilyaml.NewYAMLReader(bufioReader(data))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
-			obj, gvk, err := decoder.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			m.byKind[gvk.Kind] = append(m.byKind[gvk.Kind], obj)
-			switch o := obj.(type) {
-			case *storagev1.CSIDriver:
-				m.driver = o
-			case *corev1.ConfigMap:
-				m.config = o
-			case *corev1.Secret:
-				t.Fatalf("%s: deploy/kubernetes ships Secret %s: re-applying the manifests would overwrite the user's", path, o.Name)
-			case *appsv1.Deployment:
-				m.ctrl = o
-			case *appsv1.DaemonSet:
-				m.node = o
-			case *storagev1.StorageClass:
-				m.classes = append(m.classes, o)
-			case *corev1.Namespace:
-				m.namespace, m.ns = o.Name, o
-			case *rbacv1.ClusterRole:
-				m.roles["ClusterRole/"+o.Name] = o.Rules
-			case *rbacv1.Role:
-				m.roles["Role/"+o.Name] = o.Rules
-			case *rbacv1.ClusterRoleBinding:
-				m.bindings["ClusterRole/"+o.RoleRef.Name] = append(m.bindings["ClusterRole/"+o.RoleRef.Name], subjects(o.Subjects)...)
-			case *rbacv1.RoleBinding:
-				m.bindings[o.RoleRef.Kind+"/"+o.RoleRef.Name] = append(m.bindings[o.RoleRef.Kind+"/"+o.RoleRef.Name], subjects(o.Subjects)...)
-			}
-		}
+		m.addDocs(t, path, data)
 	}
 	if m.driver == nil || m.config == nil || m.ctrl == nil || m.node == nil || m.namespace == "" {
 		t.Fatalf("deploy/kubernetes lacks one of Namespace, CSIDriver, ConfigMap, Deployment, DaemonSet: %v", keys(m.byKind))
@@ -123,6 +85,55 @@ func load(t *testing.T) *manifests {
 		t.Fatal("the controller mounts no connections Secret")
 	}
 	return m
+}
+
+// addDocs decodes every object of the YAML stream data (from where)
+// strictly and files it by kind.
+func (m *manifests) addDocs(t *testing.T, where string, data []byte) {
+	t.Helper()
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufioReader(data))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		m.byKind[gvk.Kind] = append(m.byKind[gvk.Kind], obj)
+		switch o := obj.(type) {
+		case *storagev1.CSIDriver:
+			m.driver = o
+		case *corev1.ConfigMap:
+			m.config = o
+		case *corev1.Secret:
+			t.Fatalf("%s: ships Secret %s: re-applying the manifests would overwrite the user's", where, o.Name)
+		case *appsv1.Deployment:
+			m.ctrl = o
+		case *appsv1.DaemonSet:
+			m.node = o
+		case *storagev1.StorageClass:
+			m.classes = append(m.classes, o)
+		case *corev1.Namespace:
+			m.namespace, m.ns = o.Name, o
+		case *rbacv1.ClusterRole:
+			m.roles["ClusterRole/"+o.Name] = o.Rules
+		case *rbacv1.Role:
+			m.roles["Role/"+o.Name] = o.Rules
+		case *rbacv1.ClusterRoleBinding:
+			m.bindings["ClusterRole/"+o.RoleRef.Name] = append(m.bindings["ClusterRole/"+o.RoleRef.Name], subjects(o.Subjects)...)
+		case *rbacv1.RoleBinding:
+			m.bindings[o.RoleRef.Kind+"/"+o.RoleRef.Name] = append(m.bindings[o.RoleRef.Kind+"/"+o.RoleRef.Name], subjects(o.Subjects)...)
+		}
+	}
 }
 
 func subjects(ss []rbacv1.Subject) []string {

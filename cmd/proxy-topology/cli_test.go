@@ -8,8 +8,11 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/encoding/protojson"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/democratic-csi/proxy-topology/internal/csiclient"
+	"github.com/democratic-csi/proxy-topology/internal/testbin"
 )
 
 const zoneMain = `driver: proxy
@@ -192,14 +195,21 @@ func TestCLIExitCodes(t *testing.T) {
 // TestCLINodeCommands stages, publishes, unpublishes and unstages a real
 // bind mount (root only: the built-in driver mounts).
 func TestCLINodeCommands(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("bind mounts need root")
-	}
-	base := t.TempDir()
+	testbin.RequireRoot(t, "the built-in driver bind-mounts the volume")
 	// local-hostpath.stage: this test once appended it under proxy:,
 	// where it was silently ignored; an unknown key there now fails.
-	s := startServe(t, zoneMain, map[string]string{"zone1": strings.Replace(zoneConnection(base), "local-hostpath:\n", "local-hostpath:\n  stage: true\n", 1)})
-	_ = s
+	var conn map[string]any
+	if err := yaml.Unmarshal([]byte(zoneConnection(t.TempDir())), &conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(conn, true, "local-hostpath", "stage"); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := yaml.Marshal(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, zoneMain, map[string]string{"zone1": string(staged)})
 	code, out, errOut := runCSI(t, s.Endpoint, "-o", "json", "create-volume", "--name", "pvc-node", "--connection", "zone1")
 	if code != 0 {
 		t.Fatalf("create-volume: %s", errOut)

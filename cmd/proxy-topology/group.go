@@ -11,13 +11,13 @@ import (
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/csiclient"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
@@ -28,7 +28,8 @@ import (
 // on a call: present, an ordinary connection, loading. A member without
 // topology admits every term, so the members after it are never chosen: a
 // warning unless it is last. A member whose entry an earlier member also
-// serves never gets claims for it: a warning says which member wins.
+// serves never gets claims for it: a warning says which member wins. A
+// node-local member admits only its controller's node, so it is neither.
 func checkGroupFile(path, name, folder string, opts accessible.Options) (checkResult, bool) {
 	r := checkResult{path: path}
 	data, err := os.ReadFile(path)
@@ -75,6 +76,11 @@ func checkGroupFile(path, name, folder string, opts accessible.Options) (checkRe
 			continue
 		}
 		key := fmt.Sprintf("group.members[%d]", i)
+		if connection.IsNodeLocal(c) {
+			// It admits only the node whose controller serves the
+			// call (SPEC §12), so the members after it serve the rest.
+			continue
+		}
 		if len(c.Proxy.PerDriver.Topology) == 0 {
 			if i < len(members)-1 {
 				r.warnings = append(r.warnings, fmt.Sprintf("%s: %q declares no topology, so it admits every claim: %s after it %s never chosen; put it last",
@@ -111,96 +117,55 @@ func quoteList(names []string) string {
 	return out
 }
 
-// dryRunGroup is the dry run of a CreateVolume on group conn: which member
-// the request reaches and why, then that member's own decision.
-func (d *dryRun) dryRunGroup(stdout io.Writer, src connection.Source, conn, file string, data []byte, req *csi.TopologyRequirement, opts accessible.Options, terms string, verdict error) error {
-	g, err := config.ParseGroup(file, data)
-	if err != nil {
-		return configErrorf("connection %q: %v", conn, err)
+// dryRunGroup is the dry run of a CreateVolume on group g: which member
+// the request reaches and why, then that member's own decision. Members
+// are read as the server reads them (connection.InspectMember) and chosen
+// by the server's own code (pcsi.Placement.ChooseMember), so a node-local
+// member admits only the dry run's node, as it does in the server.
+func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement, terms string, verdict error) error {
+	fmt.Fprintf(stdout, "group %q (%s):\n%s", g.Name, g.File, terms)
+	names := g.Members()
+	type asked struct {
+		c   *connection.Connection
+		err error
 	}
-	fmt.Fprintf(stdout, "group %q (%s):\n%s", conn, file, terms)
-	names := g.Group.Members
-	type member struct {
-		file string
-		cfg  *config.Connection
-		topo *accessible.Compiled
-		err  error
-	}
-	members := make([]*member, len(names))
-	load := func(i int) *member {
-		if members[i] != nil {
-			return members[i]
-		}
-		m := &member{file: src.Describe(names[i])}
-		members[i] = m
-		mdata, err := src.Read(names[i])
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): connection not found: no file %s", conn, names[i], i, m.file)
-		case err != nil:
-			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): %v", conn, names[i], i, err)
-		case names[i] == conn || config.IsGroupFile(mdata):
-			m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]) is itself a group; a group's members must be ordinary connections", conn, names[i], i)
-		default:
-			m.cfg, _, err = config.ParseConnection(m.file, mdata, opts)
-			if err != nil {
-				m.err = status.Errorf(codes.FailedPrecondition, "group %q: member %q (group.members[%d]): connection file is invalid: %v", conn, names[i], i, err)
-			} else {
-				m.topo = accessible.Compile(m.cfg.Proxy.PerDriver.Topology, opts)
-			}
-		}
-		return m
-	}
-	fail := func(err error) error {
-		st := status.Convert(err)
-		fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())
-		return &exitError{code: exitFailed}
-	}
-	choice, ok, err := accessible.Choose(len(names), func(i int, term *csi.Topology) (bool, error) {
-		m := load(i)
-		if m.err != nil {
-			return false, m.err
-		}
-		return m.topo.Admits(term), nil
-	}, req.GetRequisite(), req.GetPreferred())
-	if err == nil && ok {
-		load(choice.Member)
-	}
+	members := make([]*asked, len(names))
+	m, why, err := place.ChooseMember(g, req.GetRequisite(), req.GetPreferred(), func(i int) (*connection.Connection, error) {
+		c, err := connection.InspectMember(src, g, i, place.Topology)
+		members[i] = &asked{c: c, err: err}
+		return c, err
+	})
 	for i, n := range names {
-		switch m := members[i]; {
-		case m == nil:
+		switch a := members[i]; {
+		case a == nil:
 			fmt.Fprintf(stdout, "  member %d %q: not needed\n", i, n)
-		case m.err != nil:
-			msg := status.Convert(m.err).Message()
-			msg = strings.TrimPrefix(msg, fmt.Sprintf("group %q: member %q (group.members[%d])", conn, n, i))
-			fmt.Fprintf(stdout, "  member %d %q: %s\n", i, n, strings.TrimSpace(strings.TrimPrefix(msg, ":")))
+		case a.err != nil:
+			msg := strings.TrimPrefix(a.err.Error(), fmt.Sprintf("group %q: member %q (group.members[%d]): ", g.Name, n, i))
+			fmt.Fprintf(stdout, "  member %d %q: %s\n", i, n, msg)
 		default:
-			fmt.Fprintf(stdout, "  member %d %q (%s) offers %s\n", i, n, m.file, m.topo.Offers())
+			fmt.Fprintf(stdout, "  member %d %q (%s) offers %s\n", i, n, a.c.File, place.Offers(a.c))
 		}
 	}
 	if err != nil {
-		return fail(err)
+		return dryRunFailed(stdout, err)
 	}
-	if !ok {
-		offers := make([]string, len(names))
-		for i := range names {
-			offers[i] = load(i).topo.Offers()
-		}
-		return fail(accessible.NoMemberError(conn, names, offers, req.GetRequisite(), req.GetPreferred()))
-	}
-	m := load(choice.Member)
-	if m.err != nil {
-		return fail(m.err)
-	}
-	fmt.Fprintf(stdout, "  member: %s\n", names[choice.Member])
-	fmt.Fprintf(stdout, "  why: %s\n", choice.Explain(names, req.GetRequisite(), req.GetPreferred()))
-	top, err := accessible.Decide(names[choice.Member], req, m.cfg.Proxy.PerDriver.Topology, opts)
+	fmt.Fprintf(stdout, "  member: %s\n", m.Name)
+	fmt.Fprintf(stdout, "  why: %s\n", why)
+	top, err := dryRunDecide(stdout, m, req, place)
 	if err != nil {
-		return fail(err)
+		return dryRunFailed(stdout, err)
 	}
-	fmt.Fprintf(stdout, "  CreateVolume: OK on member %q (volume ids v:%s/…)\n", names[choice.Member], names[choice.Member])
+	fmt.Fprintf(stdout, "  CreateVolume: OK on member %q (volume ids v:%s/…)\n", m.Name, m.Name)
 	printAccessible(stdout, top)
 	return verdict
+}
+
+// dryRunFailed prints the status CreateVolume would fail with; the exit
+// says "would fail" and the output says why.
+func dryRunFailed(stdout io.Writer, err error) error {
+	st := status.Convert(err)
+	fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())
+	return &exitError{code: exitFailed}
 }
 
 // printAccessible prints a CreateVolume's accessible_topology.

@@ -6,6 +6,25 @@
 // This package is main only: the command line (cobra), loading and
 // validating the config, wiring the packages together and serving. The CSI
 // client of `proxy-topology csi` lives in internal/csiclient.
+//
+// The files, by subcommand:
+//
+//   - main.go: the root command, exit codes, version.
+//   - serve.go: serve: Options and their flags, Serve (config, store,
+//     driver, socket, shutdown); kube.go: the Kubernetes client, klog
+//     routed to the process logger, the node's inputs with its labels,
+//     the connections Secret; ops.go: the metrics server and its hooks;
+//     pprof.go: --pprof-address; nodelocal.go: node-local connections
+//     (SPEC §12) in serve (the node key, the warning of a central
+//     controller), in check and in the dry run.
+//   - topology.go: topology, the dry run of node rules and CreateVolume;
+//     group.go: groups in check and in the dry run (SPEC §11). The dry run
+//     reads connections with connection.Inspect and decides with
+//     pkg/csi's Placement, the server's own code.
+//   - check.go: check, the validation of the main config and connection
+//     files; checkcaps.go: what each upstream answers (the capabilities
+//     auto would advertise, connections that route back to the proxy);
+//     checkids.go: the room a connection's name leaves for IDs.
 package main
 
 import (

@@ -9,7 +9,6 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -82,16 +81,15 @@ func warnCentralNodeLocal(mode string, nodeLocalMode bool, nodeID string, store 
 	}
 }
 
-// dryRunDecide is the topology command's CreateVolume decision for a
-// parsed connection c: a node-local connection is decided as the
-// controller on the dry run's node would decide it (pinned to that node,
-// or refused for another), any other by its topology list.
-func dryRunDecide(stdout io.Writer, conn string, req *csi.TopologyRequirement, c *config.Connection, opts accessible.Options, nodeName string, segments map[string]string) ([]*csi.Topology, error) {
-	if !connection.IsNodeLocal(c) {
-		return accessible.Decide(conn, req, c.Proxy.PerDriver.Topology, opts)
+// dryRunDecide is the topology command's CreateVolume decision for c, the
+// server's own (pcsi.Placement.Decide): a node-local connection is decided
+// as the controller on the dry run's node would decide it (pinned to that
+// node, or refused for another), any other by its topology list.
+func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement) ([]*csi.Topology, error) {
+	if c.NodeLocal() {
+		fmt.Fprintf(stdout, "  node-local (local-hostpath without topology): decided as the controller on node %q\n", place.Host.Name)
 	}
-	fmt.Fprintf(stdout, "  node-local (local-hostpath without topology): decided as the controller on node %q\n", nodeName)
-	d, err := opts.DecideNodeLocal(conn, accessible.Host{Name: nodeName, Segments: segments}, req.GetRequisite(), req.GetPreferred())
+	d, err := place.Decide(c, req)
 	if err != nil {
 		return nil, err
 	}

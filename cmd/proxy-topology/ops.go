@@ -99,6 +99,7 @@ func (x *ops) storeOptions(opts connection.Options) connection.Options {
 func (x *ops) watchStore(s *connection.Store) {
 	if x.m != nil {
 		x.m.WatchCache(s.Cached)
+		x.m.WatchConnections(s.List)
 	}
 }
 

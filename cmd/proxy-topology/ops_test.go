@@ -44,8 +44,16 @@ func shortDir(t *testing.T) string {
 }
 
 // startServe writes mainYAML (with proxy.configFolder set) and the
-// connection files, and serves them with a JSON logger at debug level.
+// connection files, and serves them with a JSON logger at debug level, in
+// mode all as node node-1.
 func startServe(t *testing.T, mainYAML string, connections map[string]string) *served {
+	t.Helper()
+	return startServeWith(t, mainYAML, connections, nil)
+}
+
+// startServeWith is startServe with edit, if not nil, applied to the
+// Options before they are validated.
+func startServeWith(t *testing.T, mainYAML string, connections map[string]string, edit func(*Options)) *served {
 	t.Helper()
 	dir := t.TempDir()
 	folder := filepath.Join(dir, "connections")
@@ -67,6 +75,9 @@ func startServe(t *testing.T, mainYAML string, connections map[string]string) *s
 		Config: cfg, Endpoint: "unix://" + sock, NodeID: "node-1", Mode: "all",
 		ShutdownTimeout: 5 * time.Second, MetricsAddress: "127.0.0.1:0",
 		listening: func(a string) { addr <- a },
+	}
+	if edit != nil {
+		edit(&o)
 	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)

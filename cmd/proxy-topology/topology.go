@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,9 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/csiclient"
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
-	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
@@ -193,39 +195,29 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 	}
 	conn := d.Connection
 	terms := fmt.Sprintf("  requisite: %s\n  preferred: %s\n", csiclient.FormatTerms(req.Requisite), csiclient.FormatTerms(req.Preferred))
-	// The server refuses a name that can never be a connection before it
-	// looks for a file (connection.Store.Get), whatever the folder holds.
-	if err := ids.ValidateConnectionName(conn); err != nil {
-		fmt.Fprintf(stdout, "connection %q:\n%s", conn, terms)
-		fmt.Fprintf(stdout, "  CreateVolume: %s: %v: %v\n", codes.InvalidArgument, connection.ErrInvalidName, err)
-		return &exitError{code: exitFailed}
-	}
+	// The connection is read as the server reads it, without an upstream,
+	// and decided as the controller on the dry run's node would decide.
 	src := connection.NewFolderSource(folder)
-	file := src.Describe(conn)
-	data, err := src.Read(conn)
-	if err != nil {
-		return configErrorf("connection %q: %v", conn, err)
+	place := pcsi.Placement{Topology: ev.Accessibility(), Host: accessible.Host{Name: in.NodeName, Segments: res.Segments}}
+	c, err := connection.Inspect(src, conn, place.Topology)
+	switch {
+	case errors.Is(err, connection.ErrInvalidName):
+		// The server refuses a name that can never be a connection
+		// before it looks for a file, whatever the folder holds.
+		fmt.Fprintf(stdout, "connection %q:\n%s", conn, terms)
+		return dryRunFailed(stdout, status.Error(codes.InvalidArgument, err.Error()))
+	case err != nil:
+		return configErrorf("%v", err)
 	}
-	opts := ev.Accessibility()
-	if config.IsGroupFile(data) {
-		return d.dryRunGroup(stdout, src, conn, file, data, req, opts, terms, verdict)
+	if c.IsGroup() {
+		return dryRunGroup(stdout, src, c, req, place, terms, verdict)
 	}
-	c, _, err := config.ParseConnection(file, data, opts)
+	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, c.File, terms)
+	top, err := dryRunDecide(stdout, c, req, place)
 	if err != nil {
-		return configErrorf("connection %q: %v", conn, err)
-	}
-	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, file, terms)
-	top, err := dryRunDecide(stdout, conn, req, c, opts, in.NodeName, res.Segments)
-	if err != nil {
-		st := status.Convert(err)
-		fmt.Fprintf(stdout, "  CreateVolume: %s: %s\n", st.Code(), st.Message())
-		return &exitError{code: exitFailed}
+		return dryRunFailed(stdout, err)
 	}
 	fmt.Fprintln(stdout, "  CreateVolume: OK")
-	if top == nil {
-		fmt.Fprintln(stdout, "  accessible_topology: none (reachable from every node)")
-	} else {
-		fmt.Fprintf(stdout, "  accessible_topology: %s\n", csiclient.FormatTerms(top))
-	}
+	printAccessible(stdout, top)
 	return verdict
 }

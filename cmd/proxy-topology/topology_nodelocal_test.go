@@ -42,3 +42,49 @@ func TestTopologyNodeLocal(t *testing.T) {
 		})
 	}
 }
+
+// TestTopologyGroupNodeLocal: a group's node-local member admits only the
+// dry run's node, as it does in the server (pkg/csi
+// TestGroupNodeLocalMember), so a claim for another zone is predicted to
+// reach the member of that zone. A dry run that took the node-local member
+// for a member without topology predicted it, wrongly, for every claim.
+func TestTopologyGroupNodeLocal(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeDryRunConfig(t, dir)
+	for name, content := range map[string]string{
+		"disk":  "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /var/lib/pt/disk\n",
+		"zone2": "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /mnt/nfs/zone2\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone2}\n",
+		"mixed": "driver: group\ngroup:\n  members: [disk, zone2]\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "connections", name+".yaml"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{name: "another zone", args: []string{"--requisite", "zone=zone2"}, code: 0, want: []string{
+			`member 0 "disk" (` + filepath.Join(dir, "connections", "disk.yaml") + `) offers node "node-1" only (node-local)`,
+			"  member: zone2\n", `member "disk" does not admit it, member "zone2" does`,
+			"accessible_topology: [{org.democratic-csi.topology/zone=zone2}]"}},
+		{name: "this node", args: []string{"--node-term"}, code: 0, want: []string{"  member: disk\n",
+			`decided as the controller on node "node-1"`, "accessible_topology: [{org.democratic-csi.topology/node=node-1}]"}},
+		{name: "another node", args: []string{"--requisite", "zone=zone1,node=node-2"}, code: 1, want: []string{
+			`CreateVolume: ResourceExhausted: topology {org.democratic-csi.topology/node=node-2, org.democratic-csi.topology/zone=zone1} (requisite) is not accessible for any member of group "mixed": member "disk" offers node "node-1" only (node-local)`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runTopology(t, append([]string{"--config", cfg, "--node-name", "node-1", "--connection", "mixed"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}

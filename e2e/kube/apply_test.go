@@ -52,11 +52,7 @@ func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
 
 func run(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = repoRoot
-	// helm must not touch the user's config or cache.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CACHE_HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_DATA_HOME="+home)
+	cmd := command(t, name, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -64,6 +60,17 @@ func run(t *testing.T, name string, args ...string) []byte {
 		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
 	}
 	return out
+}
+
+// command is name with args, to run in the repository's root with a home
+// of its own: helm must not touch the user's config or cache.
+func command(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = repoRoot
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CACHE_HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_DATA_HOME="+home)
+	return cmd
 }
 
 // kustomizeBuild renders deploy/kubernetes as `kubectl apply -k` would.

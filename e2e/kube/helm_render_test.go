@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -215,5 +216,32 @@ parameters:
 	}
 	if diff := cmp.Diff(normalize(plain[0]), normalize(chart)); diff != "" {
 		t.Errorf("VolumeSnapshotClass (-deploy/kubernetes/snapshot-class +helm):\n%s", diff)
+	}
+}
+
+// TestHelmNodeLocalNeedsNoController: the chart refuses nodeLocal.enabled
+// while the controller Deployment is on (its default), naming both keys:
+// a central provisioner and one on every node would all act on every
+// claim. With controller.enabled=false it renders (TestNodeLocalChart
+// checks what).
+func TestHelmNodeLocalNeedsNoController(t *testing.T) {
+	need(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"controller by default", []string{"--set", "nodeLocal.enabled=true"}},
+		{"controller on", []string{"--set", "nodeLocal.enabled=true", "--set", "controller.enabled=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := command(t, tools["HELM"], append([]string{"template", "proxy-topology", "deploy/helm/proxy-topology", "--namespace", Namespace}, tc.args...)...).CombinedOutput()
+			const want = "nodeLocal.enabled: true needs controller.enabled: false"
+			if err == nil || !strings.Contains(string(out), want) {
+				t.Errorf("helm template %v: error %v, want a failure saying %q:\n%s", tc.args, err, want, out)
+			}
+		})
+	}
+	if objs := helmTemplate(t, "--set", "nodeLocal.enabled=true", "--set", "controller.enabled=false"); len(objs) == 0 {
+		t.Error("nodeLocal.enabled=true with controller.enabled=false renders nothing")
 	}
 }

@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/democratic-csi/proxy-topology/pkg/config"
 )
 
 // The node-local deployment mode (deploy/node-local, SPEC §12) on two fake
@@ -223,14 +226,7 @@ func startNodeLocalNode(t *testing.T, c *cluster, name string, tmpl corev1.PodTe
 	// The connection file names the path inside the container; this
 	// process sees the node's directory where the mount would put it.
 	conns := r.volumes["connections"]
-	file := filepath.Join(conns, nlConnection+".yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, []byte(strings.ReplaceAll(string(data), nlDataPath, n.data)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rebaseShareBasePath(t, filepath.Join(conns, nlConnection+".yaml"), nlDataPath, n.data)
 
 	env := r.env(t, ctr)
 	env["KUBECONFIG"] = r.kubecfg
@@ -353,12 +349,56 @@ func TestNodeLocalChart(t *testing.T) {
 			t.Errorf("%s: proxy-topology args %v lack --mode=all", what, a)
 		}
 	}
+	// The main config, read by proxy-topology's own loader: exactly one
+	// ConfigMap holds it, and it says proxy.nodeLocal: true.
+	var mains []string
 	for _, o := range chart {
-		if o.GetKind() == "ConfigMap" {
-			data, _, _ := unstructured.NestedString(o.Object, "data", "proxy.yaml")
-			if !strings.Contains(data, "nodeLocal: true") {
-				t.Errorf("the chart's main config lacks proxy.nodeLocal: true:\n%s", data)
-			}
+		data, found, err := unstructured.NestedString(o.Object, "data", "proxy.yaml")
+		if o.GetKind() != "ConfigMap" || !found || err != nil {
+			continue
 		}
+		mains = append(mains, o.GetName())
+		l, err := config.LoadMain("ConfigMap "+o.GetName()+" proxy.yaml", []byte(data), nil)
+		if err != nil {
+			t.Errorf("the chart's main config does not load: %v", err)
+		} else if !l.Proxy.NodeLocal {
+			t.Errorf("the chart's main config (ConfigMap %s) has proxy.nodeLocal false:\n%s", o.GetName(), data)
+		}
+	}
+	if len(mains) != 1 {
+		t.Errorf("the chart renders %d ConfigMaps with proxy.yaml (%v), want 1", len(mains), mains)
+	}
+}
+
+// rebaseShareBasePath edits the connection file at path as data: its
+// local-hostpath.shareBasePath, which must be under from (the path inside
+// the container), moves to the same place under to (where this process
+// sees the node's directory).
+func rebaseShareBasePath(t *testing.T, path, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn map[string]any
+	if err := yaml.Unmarshal(data, &conn); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	base, found, err := unstructured.NestedString(conn, "local-hostpath", "shareBasePath")
+	if err != nil || !found {
+		t.Fatalf("%s: no local-hostpath.shareBasePath (%v)", path, err)
+	}
+	rel, err := filepath.Rel(from, base)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		t.Fatalf("%s: shareBasePath %s is not under %s", path, base, from)
+	}
+	if err := unstructured.SetNestedField(conn, filepath.Join(to, rel), "local-hostpath", "shareBasePath"); err != nil {
+		t.Fatal(err)
+	}
+	if data, err = yaml.Marshal(conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

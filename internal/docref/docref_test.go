@@ -1,8 +1,3 @@
-// Package docref checks that the documentation points at code that exists:
-// every test a doc names as proof (`path/x_test.go:TestName`) is defined
-// in that file's package, and every repository path it links to is there.
-// A renamed or deleted test otherwise leaves docs/reliability.md claiming a
-// proof that no longer runs.
 package docref
 
 import (

@@ -10,6 +10,18 @@
 // GetCapacity segment or a group's member choice, and Compiled.All
 // decorates an existing volume. Validate checks a list and names every
 // problem by its path in the connection file.
+//
+// Connection groups (SPEC §11, group.go): Choose picks the member a
+// CreateVolume goes to from the request's terms and an admits function
+// per member, Choice.Explain says why, and NoMemberError is the refusal
+// that lists what each member offers.
+//
+// Node-local connections (SPEC §12, nodelocal.go): a local-hostpath
+// connection without a topology list keeps its volumes on one node's
+// disk, so Options.DecideNodeLocal pins a CreateVolume to the Host that
+// serves it (or refuses a request for another node), Options.AdmitsHost
+// answers GetCapacity and Options.Pin decorates an existing volume.
+// pkg/csi's Placement chooses between these and the Compiled answers.
 package accessible
 
 import "github.com/democratic-csi/proxy-topology/pkg/labels"

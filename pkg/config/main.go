@@ -1,6 +1,20 @@
 // Package config loads and validates the main config and connection files.
 // Everything is parsed and checked once, up front; the rest of the program
 // receives plain structs, never a koanf instance.
+//
+// The files, by what they read:
+//
+//   - main.go: the main config (LoadMainFile, LoadMain) with its
+//     PROXY_TOPOLOGY_SET_… env overrides, blamed on the variable when
+//     wrong; unknown keys warn at the top level and fail under proxy:.
+//   - connection.go: a connection file (ParseConnection): driver csi (an
+//     external driver's endpoints, ValidateEndpoint) or local-hostpath
+//     (the built-in driver), its parameters, secrets, node id template
+//     and topology list (validated by pkg/accessible).
+//   - group.go: a group file (driver: group, SPEC §11; IsGroupFile,
+//     ParseGroup), which holds only group.members, the names of ordinary
+//     connections; whether each member exists is checked where it is
+//     used (pkg/connection), since members change on their own.
 package config
 
 import (

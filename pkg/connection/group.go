@@ -27,6 +27,18 @@ func (c *Connection) Members() []string {
 // every call (Member), and a group is never cached as broken because a
 // member was.
 func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
+	c, err := newGroup(name, file, data)
+	if err != nil {
+		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		return nil, err
+	}
+	s.opts.Log.Debug("connection loaded", "connection", name, "driver", config.DriverGroup, "members", c.Members())
+	return c, nil
+}
+
+// newGroup is loadGroup without the log: the Connection of a group file,
+// with the caller's reference, or an ErrBroken naming the connection.
+func newGroup(name, file string, data []byte) (*Connection, error) {
 	g, err := config.ParseGroup(file, data)
 	if err == nil {
 		if i := g.SelfMember(name); i >= 0 {
@@ -34,12 +46,10 @@ func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
 		}
 	}
 	if err != nil {
-		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
 	c.refs.Store(1) // the caller's
-	s.opts.Log.Debug("connection loaded", "connection", name, "driver", config.DriverGroup, "members", g.Group.Members)
 	return c, nil
 }
 
@@ -49,8 +59,14 @@ func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
 // sentinel (ErrNotFound, ErrBroken, ErrUnavailable), so callers map it as
 // they map Get's errors.
 func (s *Store) Member(ctx context.Context, g *Connection, i int) (*Connection, error) {
+	return member(g, i, func(name string) (*Connection, error) { return s.Get(ctx, name) })
+}
+
+// member is Member with get to find a connection by name (Store.Get for
+// the server, Inspect for the dry run), so both say the same.
+func member(g *Connection, i int, get func(name string) (*Connection, error)) (*Connection, error) {
 	name := g.Members()[i]
-	m, err := s.Get(ctx, name)
+	m, err := get(name)
 	if err != nil {
 		return nil, fmt.Errorf("group %q: member %q (group.members[%d]): %w", g.Name, name, i, err)
 	}

@@ -1,14 +1,3 @@
-// Package connection resolves connection names to loaded, validated
-// connection files and their upstream clients, reloading a file as soon as
-// it changes and caching it for the configured time.
-//
-// A Connection owns leases on its upstream clients (pkg/upstream): the
-// store holds one reference to each cached Connection and every caller of
-// Get holds another until it calls Release. When a file changes, is
-// removed, or goes unused past the cache timeout, the store drops its
-// reference; the Connection releases its clients once the last caller is
-// done, so calls in flight finish on the clients they started on and the
-// next call gets the new ones.
 package connection
 
 import (

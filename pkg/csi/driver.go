@@ -33,6 +33,11 @@
 //     ListSnapshots across connections, list tokens), node.go (stage,
 //     publish, stats, expand on the node), group.go (connection groups,
 //     SPEC §11: the member a CreateVolume goes to, a group's capacity).
+//   - placement.go: Placement, every decision of where a connection's
+//     volumes may be (CreateVolume's accessible_topology, GetCapacity's
+//     admission, existing volumes' topology, a group's member choice),
+//     node-local connections (SPEC §12) pinned to this controller's node
+//     included; the topology dry run predicts with the same methods.
 //   - Forwarding to drivers the proxy did not write: autocaps.go
 //     (proxy.capabilities: auto, recomputed as connections change),
 //     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -33,50 +32,19 @@ func (d *Driver) groupMember(ctx context.Context, g *connection.Connection, req 
 	if src := req.GetVolumeContentSource(); src != nil {
 		return d.sourceMember(ctx, g, req, src)
 	}
-	names := g.Members()
-	members := make([]*connection.Connection, len(names))
-	member := func(i int) (*connection.Connection, error) {
-		if members[i] == nil {
-			m, err := d.opts.Store.Member(ctx, g, i)
-			if err != nil {
-				return nil, storeError(err)
-			}
-			hold(ctx, m)
-			members[i] = m
-		}
-		return members[i], nil
-	}
 	requirement := req.GetAccessibilityRequirements()
-	requisite, preferred := requirement.GetRequisite(), requirement.GetPreferred()
-	choice, ok, err := accessible.Choose(len(names), func(i int, term *csi.Topology) (bool, error) {
-		m, err := member(i)
-		if err != nil {
-			return false, err
+	m, why, err := d.placement().ChooseMember(g, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*connection.Connection, error) {
+		m, err := d.opts.Store.Member(ctx, g, i)
+		if err == nil {
+			hold(ctx, m)
 		}
-		return d.admits(m, term), nil
-	}, requisite, preferred)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		// Every member was asked about every term, so all are loaded.
-		offers := make([]string, len(names))
-		for i := range names {
-			m, err := member(i)
-			if err != nil {
-				return nil, err
-			}
-			offers[i] = d.offers(m)
-		}
-		return nil, accessible.NoMemberError(g.Name, names, offers, requisite, preferred)
-	}
-	m, err := member(choice.Member)
+		return m, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	setConnection(ctx, m.Name)
-	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(),
-		"why", choice.Explain(names, requisite, preferred))
+	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(), "why", why)
 	return m, nil
 }
 
@@ -121,14 +89,6 @@ func (d *Driver) sourceMember(ctx context.Context, g *connection.Connection, req
 	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(),
 		"why", fmt.Sprintf("it holds the source %s", what))
 	return m, nil
-}
-
-// offers says what member m offers, for refusals.
-func (d *Driver) offers(m *connection.Connection) string {
-	if m.NodeLocal() {
-		return fmt.Sprintf("node %q only (node-local)", d.opts.NodeID)
-	}
-	return m.Topology(d.opts.Topology).Offers()
 }
 
 // groupCapacity is GetCapacity on group g: the sum of what the members

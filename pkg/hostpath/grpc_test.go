@@ -18,8 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// serve registers d on a gRPC server over an in-memory listener, the way
-// the proxy embeds the driver, and returns a client connection.
+// serve registers d on a gRPC server over an in-memory listener and
+// returns a client connection: the driver as a standalone upstream serves
+// it (Register). The proxy calls its built-in driver in process, without
+// gRPC (pkg/upstream/local.go); these tests cover the gRPC service.
 func serve(t *testing.T, d *Driver) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)

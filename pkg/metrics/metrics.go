@@ -4,16 +4,18 @@
 // New makes a private registry; serve hands the pieces to the parts they
 // watch: Metrics is the csi.Observer of the gRPC server (one count and one
 // latency per served call), UpstreamObserver watches the upstream pool,
-// ConnectionLoaded is the connection store's OnLoad hook, and WatchCache
-// and WatchReady read the store and the readiness state at scrape time.
+// ConnectionLoaded is the connection store's OnLoad hook, and WatchCache,
+// WatchConnections and WatchReady read the store and the readiness state
+// at scrape time.
 // Handler (http.go) serves the registry and the two probes.
 //
 // Every label set is bounded by what the admin configures, never by what a
 // caller sends: method is one of the CSI methods the server registers
 // (gRPC answers unknown methods before any interceptor runs); code is a
-// gRPC code; connection is a name that has had a connection file in this
-// process's life, and "(unknown)" for every other name a call carries, so a
-// typo in a StorageClass or a forged volume ID cannot add series; endpoint
+// gRPC code; connection is a name that has a connection file, and
+// "(unknown)" for every other name a call carries, so a typo in a
+// StorageClass or a forged volume ID cannot add series, and the series of
+// a removed connection are deleted (WatchConnections, removed.go); endpoint
 // comes from a connection file; rule and key come from the main config.
 // Nothing is labelled by volume ID, snapshot ID or request name.
 package metrics
@@ -23,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,10 +65,13 @@ type Metrics struct {
 	segments        prometheus.Gauge
 	build           *prometheus.GaugeVec
 
-	// known holds every connection name the store has read a file for:
-	// only these become label values (see UnknownConnection). It grows
-	// with the files that ever existed, which the admin controls.
-	known sync.Map
+	// known maps each connection name the store has read a file for, and
+	// whose file has not been seen gone since (removed.go), to the number
+	// of its last load (loadSeq): only these names become label values
+	// (see UnknownConnection).
+	known   sync.Map
+	loadSeq atomic.Uint64
+	removal removal
 }
 
 // New registers the proxy's metrics and the Go runtime and process
@@ -182,7 +188,7 @@ func (m *Metrics) UpstreamObserver(connectionOf func(context.Context) string) fu
 // ConnectionLoaded counts one read of a connection file; it has the
 // signature of connection.Options.OnLoad.
 func (m *Metrics) ConnectionLoaded(name string, reload bool, err error) {
-	m.known.Store(name, struct{}{})
+	m.known.Store(name, m.loadSeq.Add(1))
 	m.loads.WithLabelValues(name).Inc()
 	if reload {
 		m.reloads.WithLabelValues(name).Inc()

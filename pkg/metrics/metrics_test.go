@@ -70,6 +70,7 @@ func startProxy(t *testing.T, cacheTimeout time.Duration, storeOpts ...func(*con
 	}
 	store := connection.NewStore(so)
 	m.WatchCache(store.Cached)
+	m.WatchConnections(store.List)
 	d, err := pcsi.New(pcsi.Options{
 		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
 		Topology: topology, Log: log,

@@ -1,9 +1,10 @@
 package upstream
 
-// Code below the line is generated from the CSI Identity, Controller and
-// Node client interfaces (csi_grpc.pb.go): one method each, all through
-// invokeLocal. Regenerate when the CSI module adds an RPC; a missing method
-// fails to compile, since the types are asserted below.
+// The methods below the line implement the CSI Identity, Controller and
+// Node client interfaces (csi_grpc.pb.go) over the in-process driver: one
+// method each, all through invokeLocal. They are written by hand, one line
+// each, and no tool regenerates them: when the CSI module adds an RPC, the
+// assertions below stop compiling until its method is added here.
 
 import (
 	"context"

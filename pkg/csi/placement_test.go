@@ -3,6 +3,7 @@ package csi_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -142,5 +143,52 @@ func TestNodeLocalCapacity(t *testing.T) {
 		if got := resp.GetAvailableCapacity(); (got == 0) != tc.zero || got == math.MinInt64 {
 			t.Errorf("%s: capacity %d, want zero=%v", tc.name, got, tc.zero)
 		}
+	}
+}
+
+// TestGroupNodeLocalMember: a node-local member of a group admits only
+// the node whose controller serves the call (Placement.Admits), not every
+// term as a member without topology would, so a claim for another zone
+// goes past it to the member that serves that zone, and a claim no member
+// admits is refused with what each offers. The topology dry run predicts
+// the same (cmd/proxy-topology TestTopologyGroupNodeLocal).
+func TestGroupNodeLocalMember(t *testing.T) {
+	nodeKey, zoneKey := testPrefix+"/node", testPrefix+"/zone"
+	p := startNodeLocal(t, "zone")
+	p.write(t, "zone2", fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z2}\n", t.TempDir()))
+	p.write(t, "mixed", "driver: group\ngroup:\n  members: [disk, zone2]\n")
+	for i, tc := range []struct {
+		name   string
+		req    *csi.TopologyRequirement
+		member string
+		want   []*csi.Topology
+		msg    []string
+	}{
+		{name: "this node's zone", member: "disk", want: []*csi.Topology{topo(nodeKey, "node-1")},
+			req: &csi.TopologyRequirement{Requisite: []*csi.Topology{topo(zoneKey, "z1")}}},
+		{name: "another zone", member: "zone2", want: []*csi.Topology{topo(zoneKey, "z2")},
+			req: &csi.TopologyRequirement{Requisite: []*csi.Topology{topo(zoneKey, "z2")}}},
+		{name: "another node", req: &csi.TopologyRequirement{Requisite: []*csi.Topology{topo(zoneKey, "z1", nodeKey, "node-2")}},
+			msg: []string{`group "mixed"`, `member "disk" offers node "node-1" only (node-local)`, `member "zone2" offers [{` + zoneKey + `=z2}]`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
+				Name: fmt.Sprintf("pvc-mixed-%d", i), Parameters: map[string]string{"connection": "mixed"},
+				VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, AccessibilityRequirements: tc.req,
+			})
+			if tc.member == "" {
+				wantCode(t, err, codes.ResourceExhausted, tc.msg...)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := resp.GetVolume().GetVolumeId(); !strings.HasPrefix(id, "v:"+tc.member+"/") {
+				t.Errorf("volume id %q, want one of member %q", id, tc.member)
+			}
+			if d := diff(tc.want, resp.GetVolume().GetAccessibleTopology()); d != "" {
+				t.Errorf("accessible_topology (-want +got):\n%s", d)
+			}
+		})
 	}
 }

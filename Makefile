@@ -11,7 +11,7 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools etcd image bench lint fuzz clean
+.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools etcd image bench bench-realwork lint fuzz clean
 
 all: build
 
@@ -48,6 +48,11 @@ sanity:
 	@mkdir -p $(RUN_DIR); rm -f $(RUN_DIR)/sanity.txt
 	SANITY_REPORT=$(RUN_DIR)/sanity.txt $(GO) test $(TESTFLAGS) -timeout 20m ./tests/sanity/; rc=$$?; \
 	  cat $(RUN_DIR)/sanity.txt 2>/dev/null; exit $$rc
+
+# DEMOCRATIC_CSI: a democratic-csi source tree, for interop and the
+# real-work section of bench (DEMOCRATIC_CSI_DIR, its older name, is
+# accepted too).
+DEMOCRATIC_CSI := $(or $(DEMOCRATIC_CSI),$(DEMOCRATIC_CSI_DIR))
 
 ## interop: csi-sanity against democratic-csi's local-hostpath driver (node.js,
 ## run from its source tree DEMOCRATIC_CSI=/path), directly and through the
@@ -145,17 +150,18 @@ etcd:
 ## connection edits under load (docs/reliability.md §9). Both always run;
 ## it fails if a target of either is missed
 ##
-## Both include the real-work section (issue 19: CreateVolume+DeleteVolume
-## pairs on this disk); with DEMOCRATIC_CSI_DIR=<checkout with node_modules>
-## it also measures democratic-csi's local-hostpath and proxy, otherwise
-## their targets print "skipped". bench-realwork runs that section alone.
+## ptbench includes the real-work section (issue 19: CreateVolume+DeleteVolume
+## pairs on this disk; ptsoak has none); with DEMOCRATIC_CSI=<checkout with
+## node_modules> it also measures democratic-csi's local-hostpath and proxy,
+## otherwise their targets print "skipped".
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	@rc=0; $(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS) || rc=1; \
+	@rc=0; DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" $(GO) run ./bench/cmd/ptbench $(PTBENCHFLAGS) || rc=1; \
 	  $(GO) run ./bench/cmd/ptsoak $(PTSOAKFLAGS) || rc=1; exit $$rc
 
+## bench-realwork: ptbench's real-work section alone (bench/realwork.json)
 bench-realwork:
-	$(GO) run ./bench/cmd/ptbench -only realwork $(PTBENCHFLAGS)
+	DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" $(GO) run ./bench/cmd/ptbench -only realwork $(PTBENCHFLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

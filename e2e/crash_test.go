@@ -68,7 +68,7 @@ func TestCrashMidStorm(t *testing.T) {
 		{what: "after 10 calls", after: 10},
 		{what: "after 150 calls, creates paused between data and record", after: 150, windows: "data-placed=40ms", leftovers: true},
 		{what: "after 100 calls, deletes paused between record and data", after: 100, windows: "record-removed=40ms", leftovers: true},
-		{what: "at a random moment", wait: time.Duration(300+rand.IntN(700)) * time.Millisecond},
+		{what: "at a random moment", wait: killDelay(t)},
 	}
 	for round, k := range kills {
 		spec := spec
@@ -415,21 +415,52 @@ func (m *crashModel) checkState(t *testing.T, ctrl csi.ControllerClient, base st
 		}
 	}
 	// The listing holds nothing the callers were not told about, except
-	// volumes whose create is still unanswered (retried next).
+	// what a create still unanswered (retried next) may have made: its
+	// record must name that create's volume (with its tag) or snapshot
+	// (of its source volume).
 	known := map[string]bool{}
 	for _, v := range m.volumes {
 		known[v.id] = true
 	}
-	pending := map[string]bool{}
+	pending := map[string]crashCall{}
 	for _, c := range m.unanswered {
-		if c.op == "create" {
-			pending[c.name] = true
+		if c.op == "create" || c.op == "snapshot" {
+			pending[c.op+" "+c.name] = c
 		}
 	}
+	unansweredVols, unansweredSnaps := 0, 0
 	for id := range listed {
-		if !known[id] && !m.deleted[id] && len(pending) == 0 {
-			t.Errorf("%s: volume %s is listed but no call created it", when, id)
+		if known[id] || m.deleted[id] {
+			continue
 		}
+		unansweredVols++
+		var rec struct {
+			Name       string            `json:"name"`
+			Parameters map[string]string `json:"parameters"`
+		}
+		err := readRecord(base, "volumes", id, &rec)
+		c, ok := pending["create "+rec.Name]
+		if err != nil || !ok || rec.Parameters["crash-tag"] != c.tag {
+			t.Errorf("%s: volume %s is listed but no call created it (record: name %q, parameters %v, %v; unanswered creates: %d)", when, id, rec.Name, rec.Parameters, err, len(pending))
+		}
+	}
+	for _, snap := range listAllSnapshots(t, ctrl) {
+		id := snap.GetSnapshotId()
+		if _, ok := m.snaps[id]; ok {
+			continue
+		}
+		unansweredSnaps++
+		var rec struct {
+			Name string `json:"name"`
+		}
+		err := readRecord(base, "snapshots", id, &rec)
+		c, ok := pending["snapshot "+rec.Name]
+		if err != nil || !ok || snap.GetSourceVolumeId() != c.id {
+			t.Errorf("%s: snapshot %s (of %s) is listed but no call created it (record: name %q, %v)", when, id, snap.GetSourceVolumeId(), rec.Name, err)
+		}
+	}
+	if unansweredVols+unansweredSnaps > 0 {
+		t.Logf("%s: %d volumes and %d snapshots listed that only unanswered calls made", when, unansweredVols, unansweredSnaps)
 	}
 	// Only the running driver's work area is in tmp: the killed one's was
 	// purged.
@@ -441,6 +472,50 @@ func (m *crashModel) checkState(t *testing.T, ctrl csi.ControllerClient, base st
 	}
 	if len(work) != 1 {
 		t.Errorf("%s: tmp holds %v, want only the running driver's work area", when, work)
+	}
+}
+
+// killDelay is how long the random kill waits: PROXY_TOPOLOGY_CRASH_KILL_DELAY
+// (a duration) to repeat a run whose log gave it, else 300–1000 ms.
+func killDelay(t *testing.T) time.Duration {
+	const env = "PROXY_TOPOLOGY_CRASH_KILL_DELAY"
+	d := time.Duration(300+rand.IntN(700)) * time.Millisecond
+	if v := os.Getenv(env); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("%s=%q: %v", env, v, err)
+		}
+	}
+	t.Logf("the random kill waits %v (repeat it with %s=%v)", d, env, d)
+	return d
+}
+
+// readRecord reads the record of a volume or snapshot (kind) of the crash
+// connection by its proxy id.
+func readRecord(base, kind, id string, rec any) error {
+	handle := id[strings.IndexByte(id, '/')+1:]
+	data, err := os.ReadFile(filepath.Join(base, "meta", kind, handle+".json"))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, rec)
+}
+
+func listAllSnapshots(t *testing.T, ctrl csi.ControllerClient) []*csi.Snapshot {
+	t.Helper()
+	var out []*csi.Snapshot
+	token := ""
+	for {
+		resp, err := ctrl.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{StartingToken: token})
+		if err != nil {
+			t.Fatalf("ListSnapshots: %v", err)
+		}
+		for _, e := range resp.GetEntries() {
+			out = append(out, e.GetSnapshot())
+		}
+		if token = resp.GetNextToken(); token == "" {
+			return out
+		}
 	}
 }
 

@@ -88,6 +88,9 @@ type store struct {
 	// sync runs the group commits (sync.go); its trace, when set, sees
 	// every rename, fsync and syncfs (the durability tests).
 	sync groupSync
+	// plan says whether a create's record fsync alone makes its renames
+	// durable (commitplan.go), probed once at open.
+	plan commitPlan
 }
 
 func openStore(base string, log *slog.Logger) (*store, error) {
@@ -107,6 +110,12 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 		return nil, err
 	}
 	s.recover(others == 0, dead > 0)
+	s.plan = probeCommitPlan(base)
+	if s.plan.recordOnly {
+		s.log.Info("a create syncs its record file only: one journal commit covers its renames", "because", s.plan.why)
+	} else {
+		s.log.Info("a create syncs its record file and both parent directories", "because", s.plan.why)
+	}
 	return s, nil
 }
 

@@ -117,7 +117,7 @@ func benchMain(args []string) int {
 	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the paths")
 	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, burst, scale, micro, realwork")
 	only := fs.String("only", "", "run only these comma-separated parts; -only realwork runs the real-work section alone (results in bench/realwork.json)")
-	fs.StringVar(&o.dcsi, "dcsi", os.Getenv("DEMOCRATIC_CSI_DIR"), "democratic-csi checkout (with node_modules) for the real-work peer paths; default $DEMOCRATIC_CSI_DIR")
+	fs.StringVar(&o.dcsi, "dcsi", dcsiFromEnv(), "democratic-csi checkout (with node_modules) for the real-work peer paths; default $DEMOCRATIC_CSI (or its older name $DEMOCRATIC_CSI_DIR)")
 	fs.StringVar(&o.realWorkDir, "realwork-dir", "", "directory on the disk to measure for the real-work section (default: the run's temporary directory)")
 	fs.IntVar(&o.realWorkRounds, "realwork-rounds", 8, "interleaved rounds of the real-work section, at each concurrency")
 	fs.IntVar(&o.realWorkPairs1, "realwork-pairs1", 100, "CreateVolume+DeleteVolume pairs per path per round at concurrency 1")

@@ -29,7 +29,7 @@ import (
 //     to show what the disk costs (reported, no goal);
 //   - dcsi-direct and dcsi-proxy: democratic-csi's local-hostpath, served
 //     on its own and through democratic-csi's own proxy driver, when a
-//     checkout is given (-dcsi or DEMOCRATIC_CSI_DIR);
+//     checkout is given (-dcsi or DEMOCRATIC_CSI);
 //   - compare: builtin-proxy served by the -compare binary, for A/B tests.
 //
 // All paths run in interleaved rounds, so load from other processes falls
@@ -68,6 +68,19 @@ const (
 	dcsiProxy = "org.democratic-csi.proxy"
 )
 
+// dcsiFromEnv is the democratic-csi checkout the environment names:
+// DEMOCRATIC_CSI (make interop's name too), else DEMOCRATIC_CSI_DIR (the
+// name make bench used first).
+func dcsiFromEnv() string {
+	if dir := os.Getenv("DEMOCRATIC_CSI"); dir != "" {
+		return dir
+	}
+	return os.Getenv("DEMOCRATIC_CSI_DIR")
+}
+
+// tmpfsSkip is why the real-work goals are skipped on tmpfs.
+const tmpfsSkip = "base path is tmpfs (no disk)"
+
 // realWorkPaths are the path names in the order they are measured.
 var realWorkPaths = []string{"builtin-proxy", "compare", "builtin-direct", "csi-proxy", "builtin-tmpfs", "dcsi-direct", "dcsi-proxy"}
 
@@ -87,12 +100,12 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 	rw = &RealWork{Dir: base, RSSKiB: map[string]int64{}, PairsServed: map[string]int{}}
 	rw.FS, rw.Device = fsOf(base)
 	if rw.FS == "tmpfs" {
-		fmt.Printf("real work: WARNING %s is on tmpfs, not a disk; pass -realwork-dir DIR on a disk\n", base)
+		fmt.Printf("real work: WARNING %s is on tmpfs, not a disk: the targets are skipped; pass -realwork-dir DIR on a disk\n", base)
 	}
 	peer := o.dcsi
 	switch {
 	case peer == "":
-		rw.SkipReason = "no democratic-csi checkout given (-dcsi DIR or DEMOCRATIC_CSI_DIR)"
+		rw.SkipReason = "no democratic-csi checkout given (-dcsi DIR or DEMOCRATIC_CSI)"
 	default:
 		if _, err := os.Stat(filepath.Join(peer, "bin", "democratic-csi")); err != nil {
 			rw.SkipReason = fmt.Sprintf("%s is not a democratic-csi checkout: %v", peer, err)
@@ -405,8 +418,14 @@ func realWorkTargets(rw *RealWork) (goals, reports []Target) {
 	}
 	pair := "CreateVolume+DeleteVolume"
 	row := func(c int, path string) load.Stats { return find(rw.Rows, pair, c, path) }
+	// The goals compare work on a disk: on tmpfs there is none to compare
+	// (a run there says so instead of a verdict), and without the peer
+	// there is nothing to compare with.
 	skip := func(t Target) Target {
-		if rw.Peer == "" {
+		switch {
+		case rw.FS == "tmpfs":
+			t.Skipped, t.OK, t.NotMeasured = tmpfsSkip, false, false
+		case rw.Peer == "":
 			t.Skipped, t.OK, t.NotMeasured = rw.SkipReason, false, false
 		}
 		return t

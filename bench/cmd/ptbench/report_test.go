@@ -224,3 +224,51 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 		t.Errorf("%d targets skipped, want the 4 peer targets", skipped)
 	}
 }
+
+// On tmpfs the goals compare no disk work: every peer target says skipped
+// with that reason, even with the peer's rows present, and only the error
+// count keeps its verdict.
+func TestRealWorkTargetsOnTmpfs(t *testing.T) {
+	rw := &RealWork{FS: "tmpfs", Peer: "/work/dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
+	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy", "dcsi-direct", "dcsi-proxy"} {
+		for _, c := range []int{1, 16} {
+			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})
+		}
+	}
+	goals, _ := realWorkTargets(rw)
+	skipped := 0
+	for _, tg := range goals {
+		line := tg.Line()
+		if tg.Name == "realwork_errors" {
+			if tg.Skipped != "" || !tg.OK {
+				t.Errorf("errors target on tmpfs: %q, want its verdict (ok)", line)
+			}
+			continue
+		}
+		if tg.OK || !strings.Contains(line, ": skipped: base path is tmpfs (no disk) (goal ") {
+			t.Errorf("target on tmpfs: %q (ok %v), want skipped: base path is tmpfs (no disk)", line, tg.OK)
+		}
+		skipped++
+	}
+	if skipped != 4 {
+		t.Errorf("%d targets skipped on tmpfs, want 4", skipped)
+	}
+}
+
+// make interop and make bench take the checkout under one name,
+// DEMOCRATIC_CSI; DEMOCRATIC_CSI_DIR, the name make bench used first, still
+// works when the other is not set.
+func TestDcsiFromEnv(t *testing.T) {
+	for _, tc := range []struct{ dcsi, dir, want string }{
+		{"", "", ""},
+		{"/a", "", "/a"},
+		{"", "/b", "/b"},
+		{"/a", "/b", "/a"},
+	} {
+		t.Setenv("DEMOCRATIC_CSI", tc.dcsi)
+		t.Setenv("DEMOCRATIC_CSI_DIR", tc.dir)
+		if got := dcsiFromEnv(); got != tc.want {
+			t.Errorf("DEMOCRATIC_CSI=%q DEMOCRATIC_CSI_DIR=%q: %q, want %q", tc.dcsi, tc.dir, got, tc.want)
+		}
+	}
+}

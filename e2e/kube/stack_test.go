@@ -85,6 +85,18 @@ func startStack(t *testing.T) *stack {
 	// directories, so they go when it ends: a later test's pods would
 	// make those directories again.
 	editConnections(t, c, func(data map[string][]byte) {
+		var left []string
+		for k := range data {
+			if _, ours := stackConnections[strings.TrimSuffix(k, ".yaml")]; !ours {
+				left = append(left, k)
+			}
+		}
+		if len(left) > 0 {
+			// A node plugin reports <prefix>/node when a node-local
+			// connection exists, and kubelet never changes a CSINode's
+			// keys: a key another test left would change this one.
+			t.Fatalf("the connections Secret holds keys another test left: %v", left)
+		}
 		for name, tmpl := range stackConnections {
 			data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
 		}

@@ -46,6 +46,9 @@ func TestControllerConnectionsSecret(t *testing.T) {
 		})
 	})
 
+	// Made before the controller starts, so removed after it stops: a
+	// running controller would make its connections' directories again.
+	base := t.TempDir()
 	env := containerEnv(t, "proxy-topology-controller", "proxy-topology")
 	if !contains(env, "PROXY_TOPOLOGY_SET_PROXY__CONFIGSECRET="+Namespace+"/connections") {
 		t.Fatalf("the Deployment does not switch the controller to the Secret: env %v", env)
@@ -73,7 +76,6 @@ func TestControllerConnectionsSecret(t *testing.T) {
 		})
 		return err
 	}
-	base := t.TempDir()
 	local := func(name string) []byte {
 		return []byte("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + filepath.Join(base, name) + "\n")
 	}

@@ -2,9 +2,12 @@ package kube
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
@@ -20,7 +23,7 @@ var (
 	raceEnabled = testbin.Race
 	// repoRoot is the main module's directory.
 	repoRoot string
-	// skipReason is non-empty when the suite cannot run.
+	// skipReason is non-empty when the suite is not asked to run.
 	skipReason string
 )
 
@@ -42,9 +45,15 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	repoRoot = root
-	skipReason = findTools()
-	if skipReason != "" {
+	if os.Getenv(EnvEnable) == "" {
+		skipReason = EnvEnable + " is not set: these tests start etcd and a kube-apiserver; run them with `make e2e-kube`"
 		return m.Run()
+	}
+	// Asked to run (make e2e-kube, CI): a missing tool is a failure, never
+	// a silently skipped suite.
+	if err := findTools(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e/kube: %s is set, but %v\n", EnvEnable, err)
+		return 1
 	}
 	bin, cleanup, err := testbin.Build(repoRoot, raceEnabled)
 	if err != nil {
@@ -58,28 +67,32 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// findTools fills tools and says why the suite must skip, if it must.
-func findTools() string {
-	if os.Getenv(EnvEnable) == "" {
-		return EnvEnable + " is not set: these tests start etcd and a kube-apiserver; run them with `make e2e-kube`"
-	}
-	for name := range tools {
+// findTools fills tools from the environment; it names every tool that
+// is missing, not only the first.
+func findTools() error {
+	var missing []string
+	for _, name := range slices.Sorted(maps.Keys(tools)) {
 		path := os.Getenv(name)
 		if path == "" && name == "ETCD" {
 			path, _ = exec.LookPath("etcd")
 		}
 		if path == "" {
-			return name + " is not set (make e2e-kube sets it)"
+			missing = append(missing, name+" is not set")
+			continue
 		}
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Sprintf("%s=%s: %v (make kube-tools and make csi-tools build it; etcd comes from the Debian package etcd-server)", name, path, err)
+			missing = append(missing, fmt.Sprintf("%s=%s: %v", name, path, err))
+			continue
 		}
 		tools[name] = path
 	}
-	return ""
+	if len(missing) > 0 {
+		return fmt.Errorf("tools are missing: %s (make e2e-kube sets the variables; make kube-tools and make csi-tools build the binaries; etcd, looked up on PATH when ETCD is unset, comes from the Debian package etcd-server)", strings.Join(missing, "; "))
+	}
+	return nil
 }
 
-// need skips t when the suite cannot run.
+// need skips t when the suite is not asked to run (EnvEnable unset).
 func need(t *testing.T) {
 	t.Helper()
 	if skipReason != "" {

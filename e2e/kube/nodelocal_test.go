@@ -193,25 +193,12 @@ func startNodeLocalNode(t *testing.T, c *cluster, name string, tmpl corev1.PodTe
 	})
 	// Owned by the DaemonSet, as its controller makes it: the provisioner
 	// finds the owner of its capacity objects through it. (The deployed
-	// DaemonSet object stands in; its controller does not run here.)
+	// DaemonSet object stands in for deploy/node-local's.)
 	owner, err := c.client.AppsV1().DaemonSets(Namespace).Get(ctx, "proxy-topology-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	yes := true
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "proxy-topology-node-" + name, Namespace: Namespace, Labels: tmpl.Labels,
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: owner.Name, UID: owner.UID, Controller: &yes}}},
-		Spec: *tmpl.Spec.DeepCopy()}
-	pod.Spec.NodeName = name
-	created, err := c.client.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = c.client.CoreV1().Pods(Namespace).Delete(context.Background(), created.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	})
-	r := newPodRun(t, c, created)
+	r := daemonSetPod(t, c, owner, tmpl, name)
 	n := &nlNode{name: name}
 
 	ctr := r.container(t, "proxy-topology")
@@ -225,19 +212,8 @@ func startNodeLocalNode(t *testing.T, c *cluster, name string, tmpl corev1.PodTe
 	}
 	// The connection file names the path inside the container; this
 	// process sees the node's directory where the mount would put it.
-	conns := r.volumes["connections"]
-	rebaseShareBasePath(t, filepath.Join(conns, nlConnection+".yaml"), nlDataPath, n.data)
-
-	env := r.env(t, ctr)
-	env["KUBECONFIG"] = r.kubecfg
-	// The main config names the Secret volume's mount path, which this
-	// process sees at the volume's directory.
-	env["PROXY_TOPOLOGY_SET_PROXY__CONFIGFOLDER"] = conns
-	args := r.args(t, ctr)
-	proc := startProcess(t, "proxy-topology "+name, binary, args, envList(env))
-	p := &plugin{name: proc.name, cmd: proc.cmd, logs: proc.logs, exited: proc.exited, endpoint: flagValue(args, "--csi-endpoint")}
-	p.ready(t)
-	t.Cleanup(func() { p.conn.Close() })
+	rebaseShareBasePath(t, filepath.Join(r.volumes["connections"], nlConnection+".yaml"), nlDataPath, n.data)
+	p := startNodeContainer(t, r)
 	info := nodeInfo(t, p)
 	if got := info.GetAccessibleTopology().GetSegments()[prefix+"/node"]; got != name {
 		t.Fatalf("%s: NodeGetInfo %v lacks %s/node=%s", name, info, prefix, name)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -94,63 +95,155 @@ func grantsOf(t *testing.T, objs []*unstructured.Unstructured, namespace, name s
 	return g
 }
 
-// TestSidecarRBACCoversUpstream: the controller's ServiceAccount holds
-// every permission that each sidecar's own module grants it in its
-// deploy/kubernetes RBAC file (its ClusterRole cluster-wide, its Role in
-// the controller's namespace), in deploy/kubernetes and in the chart with
-// attachment on (which adds the attacher).
-func TestSidecarRBACCoversUpstream(t *testing.T) {
-	need(t)
-	files := map[string]string{
+// upstreamRBAC returns every (kind, group, resource, verb) that a
+// sidecar module's RBAC file grants, each as "Kind verb group/resource",
+// with whether it is cluster-wide (a ClusterRole) or namespaced (a Role).
+func upstreamRBAC(t *testing.T, path string) []upstreamGrant {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []upstreamGrant
+	for _, o := range decodeObjects(t, b) {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		var r rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range r.Rules {
+			for _, gr := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					for _, v := range rule.Verbs {
+						out = append(out, upstreamGrant{cluster: o.GetKind() == "ClusterRole", group: gr, resource: res, verb: v,
+							text: fmt.Sprintf("%s %s %s/%s", o.GetKind(), v, gr, res)})
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s grants nothing: the check would prove nothing", path)
+	}
+	return out
+}
+
+type upstreamGrant struct {
+	cluster               bool
+	group, resource, verb string
+	text                  string
+}
+
+// sidecarRBACFiles are the RBAC files the sidecars' own modules ship.
+func sidecarRBACFiles(t *testing.T) map[string]string {
+	t.Helper()
+	return map[string]string{
 		"csi-provisioner": filepath.Join(snapshotModule(t, "github.com/kubernetes-csi/external-provisioner/v6"), "deploy", "kubernetes", "rbac.yaml"),
 		"csi-resizer":     filepath.Join(snapshotModule(t, "github.com/kubernetes-csi/external-resizer/v2"), "deploy", "kubernetes", "rbac.yaml"),
 		"csi-snapshotter": filepath.Join(snapshotModule(t, "github.com/kubernetes-csi/external-snapshotter/v8"), "deploy", "kubernetes", "csi-snapshotter", "rbac-csi-snapshotter.yaml"),
 		"csi-attacher":    filepath.Join(snapshotModule(t, "github.com/kubernetes-csi/external-attacher/v4"), "deploy", "kubernetes", "rbac.yaml"),
 	}
-	renderings := map[string][]*unstructured.Unstructured{
-		"deploy/kubernetes":                    kustomizeBuild(t),
-		"helm template (attachRequired: true)": helmTemplate(t, "--set", "csiDriver.attachRequired=true"),
-	}
-	for what, objs := range renderings {
-		g := grantsOf(t, objs, Namespace, "proxy-topology-controller")
-		for sidecar, path := range files {
-			if sidecar == "csi-attacher" && what == "deploy/kubernetes" {
-				continue // attachRequired: false there, no attacher
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var missing []string
-			n := 0
-			for _, o := range decodeObjects(t, b) {
-				if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
-					continue
+}
+
+// TestSidecarRBACCoversUpstream: the ServiceAccount that runs each
+// sidecar holds every permission the sidecar's own module grants it in its
+// deploy/kubernetes RBAC file (its ClusterRole cluster-wide, its Role in
+// the pod's namespace).
+//
+// controller: the controller Deployment's ServiceAccount, in
+// deploy/kubernetes and in the chart with attachment on (which adds the
+// attacher).
+//
+// node-local: in the node-local mode (deploy/node-local, and the chart's
+// nodeLocal.enabled) the node ServiceAccount runs the DaemonSet's
+// csi-provisioner and csi-snapshotter. Two of their grants are unneeded
+// there, each allowed only while the DaemonSet's flags say so: leases
+// (leader election) while the sidecar runs without --leader-election
+// (one per node, nothing to elect); get on replicasets (the capacity
+// owner of a Deployment's pod) while the provisioner runs with
+// --capacity-ownerref-level=1, whose owner is the DaemonSet: get on
+// daemonsets is then required instead.
+func TestSidecarRBACCoversUpstream(t *testing.T) {
+	need(t)
+	files := sidecarRBACFiles(t)
+	t.Run("controller", func(t *testing.T) {
+		renderings := map[string][]*unstructured.Unstructured{
+			"deploy/kubernetes":                    kustomizeBuild(t),
+			"helm template (attachRequired: true)": helmTemplate(t, "--set", "csiDriver.attachRequired=true"),
+		}
+		for what, objs := range renderings {
+			g := grantsOf(t, objs, Namespace, "proxy-topology-controller")
+			for sidecar, path := range files {
+				if sidecar == "csi-attacher" && what == "deploy/kubernetes" {
+					continue // attachRequired: false there, no attacher
 				}
-				var r rbacv1.ClusterRole
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
-					t.Fatal(err)
-				}
-				for _, rule := range r.Rules {
-					for _, gr := range rule.APIGroups {
-						for _, res := range rule.Resources {
-							for _, v := range rule.Verbs {
-								n++
-								if !g.allows(o.GetKind() == "ClusterRole", gr, res, v) {
-									missing = append(missing, fmt.Sprintf("%s %s %s/%s", o.GetKind(), v, gr, res))
-								}
-							}
-						}
+				var missing []string
+				for _, u := range upstreamRBAC(t, path) {
+					if !g.allows(u.cluster, u.group, u.resource, u.verb) {
+						missing = append(missing, u.text)
 					}
 				}
-			}
-			if n == 0 {
-				t.Errorf("%s: %s grants nothing: the check would prove nothing", sidecar, path)
-			}
-			sort.Strings(missing)
-			if len(missing) > 0 {
-				t.Errorf("%s: the controller lacks what %s's own RBAC grants: %v", what, sidecar, missing)
+				sort.Strings(missing)
+				if len(missing) > 0 {
+					t.Errorf("%s: the controller lacks what %s's own RBAC grants: %v", what, sidecar, missing)
+				}
 			}
 		}
+	})
+	t.Run("node-local", func(t *testing.T) {
+		renderings := map[string][]*unstructured.Unstructured{
+			"deploy/node-local":                 decodeObjects(t, run(t, tools["KUSTOMIZE"], "build", "deploy/node-local")),
+			"helm template (nodeLocal.enabled)": helmTemplate(t, "--set", "nodeLocal.enabled=true", "--set", "controller.enabled=false"),
+		}
+		for what, objs := range renderings {
+			var ds *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "DaemonSet" {
+					ds = o
+				}
+			}
+			if ds == nil {
+				t.Fatalf("%s renders no DaemonSet", what)
+			}
+			g := grantsOf(t, objs, Namespace, "proxy-topology-node")
+			for _, sidecar := range []string{"csi-provisioner", "csi-snapshotter"} {
+				args := strs(container(t, ds, sidecar)["args"])
+				var missing, unneeded []string
+				for _, u := range upstreamRBAC(t, files[sidecar]) {
+					if g.allows(u.cluster, u.group, u.resource, u.verb) {
+						continue
+					}
+					switch {
+					case u.group == "coordination.k8s.io" && u.resource == "leases" && !hasFlag(args, "--leader-election"):
+						unneeded = append(unneeded, u.text)
+					case u.group == "apps" && u.resource == "replicasets" && u.verb == "get" && contains(args, "--capacity-ownerref-level=1"):
+						unneeded = append(unneeded, u.text)
+						if !g.allows(false, "apps", "daemonsets", "get") {
+							missing = append(missing, "Role get apps/daemonsets (the capacity owner at --capacity-ownerref-level=1)")
+						}
+					default:
+						missing = append(missing, u.text)
+					}
+				}
+				sort.Strings(missing)
+				if len(missing) > 0 {
+					t.Errorf("%s: the node ServiceAccount lacks what %s's own RBAC grants: %v (args %v)", what, sidecar, missing, args)
+				}
+				t.Logf("%s: %s: not granted, unneeded by its flags: %v", what, sidecar, unneeded)
+			}
+		}
+	})
+}
+
+// hasFlag says whether args set flag (--flag or --flag=value, but not
+// --flag=false).
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") && a != flag+"=false" {
+			return true
+		}
 	}
+	return false
 }

@@ -35,6 +35,20 @@ func TestControllerConnectionsSecret(t *testing.T) {
 		}
 	})
 
+	// Its keys go when it ends: node pods of later tests mount the Secret,
+	// and a node-local connection among them adds <prefix>/node to what
+	// they report.
+	t.Cleanup(func() {
+		editConnections(t, c, func(data map[string][]byte) {
+			for _, k := range []string{"alpha.yaml", "beta.yaml", "gamma.yaml"} {
+				delete(data, k)
+			}
+		})
+	})
+
+	// Made before the controller starts, so removed after it stops: a
+	// running controller would make its connections' directories again.
+	base := t.TempDir()
 	env := containerEnv(t, "proxy-topology-controller", "proxy-topology")
 	if !contains(env, "PROXY_TOPOLOGY_SET_PROXY__CONFIGSECRET="+Namespace+"/connections") {
 		t.Fatalf("the Deployment does not switch the controller to the Secret: env %v", env)
@@ -62,7 +76,6 @@ func TestControllerConnectionsSecret(t *testing.T) {
 		})
 		return err
 	}
-	base := t.TempDir()
 	local := func(name string) []byte {
 		return []byte("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + filepath.Join(base, name) + "\n")
 	}

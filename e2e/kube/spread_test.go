@@ -195,7 +195,7 @@ func insideClass(term string, sc *storagev1.StorageClass) error {
 }
 
 // addZone3Node adds worker-zone3-a for the test: a Node with zone3 labels,
-// its node plugin registered, Ready. It is removed (Node and CSINode)
+// the node DaemonSet's pod's plugin registered, Ready. It is removed (Node and CSINode)
 // when the test ends, so the other tests see the usual nodes.
 func (s *stack) addZone3Node(t *testing.T) {
 	t.Helper()
@@ -212,12 +212,5 @@ func (s *stack) addZone3Node(t *testing.T) {
 		_ = c.client.StorageV1().CSINodes().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = c.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	})
-	p := startNodePlugin(t, c, name, c.token(t, Namespace, "proxy-topology-node"), deployedConfig(t, nil))
-	p.ready(t)
-	if err := register(c.client, name, nodeInfo(t, p)); err != nil {
-		t.Fatal(err)
-	}
-	if err := schedulable(ctx, c, name, nil); err != nil {
-		t.Fatal(err)
-	}
+	registerDaemonSetNodes(t, c, Namespace, "proxy-topology-node", map[string]map[string]string{name: nil})
 }

@@ -59,9 +59,10 @@ proxy:
 // stack is the storage side of a real cluster: the controller Pod of
 // deploy/kubernetes (made by the real Deployment and ReplicaSet
 // controllers, scheduled by kube-scheduler) run by podRun with its
-// proxy-topology, csi-provisioner and csi-resizer containers, node plugins registered
-// as kubelet would, nodes Ready, and the shipped StorageClasses' connections
-// in the connections Secret.
+// proxy-topology, csi-provisioner and csi-resizer containers, the node
+// DaemonSet's pod on each node run by podRun and registered as kubelet
+// would, nodes Ready, and the shipped StorageClasses' connections in the
+// connections Secret.
 type stack struct {
 	c           *cluster
 	base        string // connection name -> base + "/" + name
@@ -79,30 +80,42 @@ func startStack(t *testing.T) *stack {
 	ctx := context.Background()
 	s := &stack{c: c, base: t.TempDir()}
 
-	// Kubelet's part for each node: register the driver's topology, then
-	// report the node Ready.
-	token := c.token(t, Namespace, "proxy-topology-node")
-	config := deployedConfig(t, nil)
-	for name, labels := range stackNodes {
-		p := startNodePlugin(t, c, name, token, config)
-		p.ready(t)
-		if err := register(c.client, name, nodeInfo(t, p)); err != nil {
-			t.Fatal(err)
-		}
-		if err := schedulable(ctx, c, name, labels); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := checkConsistency(c.client); err != nil {
-		t.Fatal(err)
-	}
-
-	// The user's part: connections in the Secret.
+	// The user's part: connections in the Secret, before the pods start
+	// (the node pods get them as mounted files). They name this test's
+	// directories, so they go when it ends: a later test's pods would
+	// make those directories again.
 	editConnections(t, c, func(data map[string][]byte) {
+		var left []string
+		for k := range data {
+			if _, ours := stackConnections[strings.TrimSuffix(k, ".yaml")]; !ours {
+				left = append(left, k)
+			}
+		}
+		if len(left) > 0 {
+			// A node plugin reports <prefix>/node when a node-local
+			// connection exists, and kubelet never changes a CSINode's
+			// keys: a key another test left would change this one.
+			t.Fatalf("the connections Secret holds keys another test left: %v", left)
+		}
 		for name, tmpl := range stackConnections {
 			data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
 		}
 	})
+	t.Cleanup(func() {
+		editConnections(t, c, func(data map[string][]byte) {
+			for name := range stackConnections {
+				delete(data, name+".yaml")
+			}
+		})
+	})
+
+	// Kubelet's part for each node: the node DaemonSet's pod runs its node
+	// plugin with the Pod's args and env, the driver's topology is
+	// registered, the node reports Ready.
+	registerDaemonSetNodes(t, c, Namespace, "proxy-topology-node", stackNodes)
+	if _, err := checkConsistency(c.client); err != nil {
+		t.Fatal(err)
+	}
 
 	// The controller Pod, as the Deployment made it.
 	dep, err := c.client.AppsV1().Deployments(Namespace).Get(ctx, "proxy-topology-controller", metav1.GetOptions{})

@@ -105,3 +105,49 @@ func TestLinksExist(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeTestsListed: the e2e/kube section of docs/kubernetes.md ("What
+// they check") names every test of e2e/kube, and every test it names there
+// in backquotes exists, so a new scenario is never left out of the list
+// and a renamed one is never cited.
+func TestKubeTestsListed(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "## `make e2e-kube`"
+	_, section, ok := strings.Cut(string(doc), heading)
+	if !ok {
+		t.Fatalf("docs/kubernetes.md has no section %q", heading)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	dir := filepath.Join(root, "e2e", "kube")
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if !strings.Contains(section, "`"+m[1]+"`") {
+				t.Errorf("docs/kubernetes.md, section %q, does not name %s (%s)", heading, m[1], filepath.Base(f))
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d tests found in e2e/kube; the pattern no longer matches how they are declared", n)
+	}
+	for _, m := range moreName.FindAllStringSubmatch(section, -1) {
+		if !defined(t, dir, m[1]) {
+			t.Errorf("docs/kubernetes.md, section %q, names %s, which e2e/kube does not define", heading, m[1])
+		}
+	}
+}

@@ -26,7 +26,8 @@ func (c *Connection) Members() []string {
 // whether each one exists and is an ordinary connection is checked on
 // every call (Member), and a group is never cached as broken because a
 // member was.
-func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
+// quiet logs nothing (a Survey's look).
+func (s *Store) loadGroup(name, file string, data []byte, quiet bool) (*Connection, error) {
 	g, err := config.ParseGroup(file, data)
 	if err == nil {
 		if i := g.SelfMember(name); i >= 0 {
@@ -34,11 +35,16 @@ func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
 		}
 	}
 	if err != nil {
-		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		if !quiet {
+			s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		}
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
 	c.refs.Store(1) // the caller's
+	if quiet {
+		return c, nil
+	}
 	s.opts.Log.Debug("connection loaded", "connection", name, "driver", config.DriverGroup, "members", g.Group.Members)
 	return c, nil
 }

@@ -22,8 +22,8 @@ import (
 // per service, what the proxy implements intersected with the union of
 // what the connections' upstreams advertise. It never advertises what it
 // could not confirm: an upstream that cannot be asked contributes nothing
-// until a later refresh reaches it (and then a warning says the sidecars
-// must be restarted to see what grew), CONTROLLER_SERVICE is advertised
+// until a later refresh reaches it (retried soon, capswatch.go; what grows
+// then makes the sidecars restart), CONTROLLER_SERVICE is advertised
 // only when some upstream has a controller service, and with no
 // connection at all only VOLUME_ACCESSIBILITY_CONSTRAINTS (the proxy's
 // own) is advertised.
@@ -205,8 +205,9 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 // RefreshCapabilities recomputes the auto parts of Options.Policy from
 // every connection's upstream and advertises the result; with a SelfGuard
 // it also checks every driver: csi connection for a cycle again. It logs
-// what changed: growth after the first refresh is a warning, because the
-// sidecars read capabilities once and must be restarted to use it. It
+// what changed. Growth after Probe reported ready closes the CSI socket's
+// client connections (Options.Accepted), so the sidecars, which read
+// capabilities once, restart and read the new set (capswatch.go). It
 // returns the new set and the connections that could not be asked.
 // Without a Policy, or with nothing auto, it asks for no capability.
 //
@@ -218,6 +219,10 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 	defer d.refreshMu.Unlock()
 	p := d.opts.Policy
 	auto := p != nil && p.Auto()
+	if !auto {
+		// Nothing advertised depends on the upstreams.
+		d.confirm()
+	}
 	if !auto && d.opts.SelfGuard == nil {
 		return d.Capabilities(), nil
 	}
@@ -233,6 +238,9 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		d.log.WarnContext(ctx, "capabilities: connection could not be asked; it adds nothing to what is advertised until it answers",
 			"connection", u.Connection, "error", u.Err)
 	}
+	if len(unconfirmed) == 0 {
+		d.confirm()
+	}
 	added, removed := capsDiff(prev, next)
 	first := !d.refreshed
 	d.refreshed = true
@@ -241,8 +249,7 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		d.log.InfoContext(ctx, "advertised capabilities (proxy.capabilities: auto)", "controller", typeNames(next.Controller),
 			"node", typeNames(next.Node), "volume_expansion", next.Expansion.String(), "upstreams_asked", len(ups), "unconfirmed", len(unconfirmed))
 	case len(added) > 0:
-		d.log.WarnContext(ctx, "advertised capabilities grew; the CSI sidecars read them once at start-up, so restart them (external-provisioner, -resizer, -snapshotter, -attacher, -health-monitor) to use what was added",
-			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))
+		d.grew(ctx, added, removed)
 	case len(removed) > 0:
 		d.log.WarnContext(ctx, "advertised capabilities shrank; sidecars started earlier still use the old set, and their calls for what was removed fail per connection",
 			"removed", strings.Join(removed, ","))
@@ -339,48 +346,6 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 	wg.Wait()
 	slices.SortFunc(bad, func(a, b Unconfirmed) int { return strings.Compare(a.Connection, b.Connection) })
 	return ups, bad
-}
-
-// WatchCapabilities refreshes the capabilities every interval, and soon
-// after ConnectionsChanged is called (at most once per minGap), until ctx
-// ends. interval 0 means one minute.
-func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
-	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.SelfGuard == nil {
-		return
-	}
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	const minGap = 5 * time.Second
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last time.Time // the first kick refreshes at once
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-d.refreshKick:
-			if wait := minGap - time.Since(last); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-		}
-		d.RefreshCapabilities(ctx)
-		last = time.Now()
-	}
-}
-
-// ConnectionsChanged asks WatchCapabilities for a refresh; it never
-// blocks (the connection store calls it while loading a file).
-func (d *Driver) ConnectionsChanged() {
-	select {
-	case d.refreshKick <- struct{}{}:
-	default:
-	}
 }
 
 func typeNames[T fmt.Stringer](ts []T) string {

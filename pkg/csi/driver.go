@@ -34,7 +34,9 @@
 //     publish, stats, expand on the node), group.go (connection groups,
 //     SPEC §11: the member a CreateVolume goes to, a group's capacity).
 //   - Forwarding to drivers the proxy did not write: autocaps.go
-//     (proxy.capabilities: auto, recomputed as connections change),
+//     (proxy.capabilities: auto, recomputed as connections change) with
+//     capswatch.go (when: retries, readiness, growth) and conntrack.go
+//     (the socket's accepted connections, closed when the set grows),
 //     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an
 //     upstream's own accessible_topology is never widened), selfroute.go
 //     (connections that route back to this proxy are refused).

@@ -305,17 +305,23 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	if cfg.Proxy.CacheTimeoutMinutes < 0 {
 		timeout = -1
 	}
+	// A connection seen for the first time, or reloaded, or a change of
+	// the connections Secret, may change what auto capabilities
+	// advertise: the driver (made below) is told.
+	var changed atomic.Pointer[pcsi.Driver]
+	kick := func() {
+		if d := changed.Load(); d != nil {
+			d.ConnectionsChanged()
+		}
+	}
 	var src connection.Source
 	if ref := cfg.Proxy.ConfigSecret; ref != "" {
-		ss, err := secretSource(ctx, o, ref, version, log)
+		ss, err := secretSource(ctx, o, ref, version, log, kick)
 		if err != nil {
 			return nil, fmt.Errorf("config %s: proxy.configSecret: %w", cfg.File, err)
 		}
 		src = ss
 	}
-	// A connection seen for the first time, or reloaded, may change what
-	// auto capabilities advertise: the driver (made below) is told.
-	var changed atomic.Pointer[pcsi.Driver]
 	so := x.storeOptions(connection.Options{
 		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
@@ -324,11 +330,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	// loads (pcsi.SelfGuard).
 	guard := pcsi.NewSelfGuard(o.Endpoint)
 	so.Check = guard.Check
-	so.OnLoad = onConnectionChange(so.OnLoad, func() {
-		if d := changed.Load(); d != nil {
-			d.ConnectionsChanged()
-		}
-	})
+	so.OnLoad = onConnectionChange(so.OnLoad, kick)
 	store := connection.NewStore(so)
 	x.watchStore(store)
 	warnCentralNodeLocal(o.Mode, cfg.Proxy.NodeLocal, o.NodeID, store, log)

@@ -74,6 +74,14 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	return startStackWith(t, stackConnections)
+}
+
+// startStackWith is startStack with the connections Secret holding exactly
+// connections (name -> file, %s the base path); with none it does not wait
+// for capacity, since nothing can be provisioned.
+func startStackWith(t *testing.T, connections map[string]string) *stack {
+	t.Helper()
 	c := withControlPlane(t)
 	createNodes(t, c)
 	ctx := context.Background()
@@ -99,7 +107,10 @@ func startStack(t *testing.T) *stack {
 
 	// The user's part: connections in the Secret.
 	editConnections(t, c, func(data map[string][]byte) {
-		for name, tmpl := range stackConnections {
+		if len(connections) == 0 {
+			clear(data)
+		}
+		for name, tmpl := range connections {
 			data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
 		}
 	})
@@ -130,7 +141,9 @@ func startStack(t *testing.T) *stack {
 
 	// Ready when the provisioner has published capacity for every zone
 	// of the WaitForFirstConsumer class.
-	s.waitCapacity(t, "proxy-topology-first-consumer", 2)
+	if len(connections) > 0 {
+		s.waitCapacity(t, "proxy-topology-first-consumer", 2)
+	}
 	return s
 }
 
@@ -169,7 +182,8 @@ func editConnections(t *testing.T, c *cluster, edit func(data map[string][]byte)
 
 // sidecar runs the pod's container name with the binary built here (env
 // var tool), which must be the version of the container's image tag; the
-// in-cluster config becomes --kubeconfig. It returns the process and its
+// in-cluster config becomes --kubeconfig. It is restarted when it exits,
+// as kubelet restarts it (startContainer). It returns the process and its
 // args.
 func sidecar(t *testing.T, run *podRun, name, tool string) (*process, []string) {
 	t.Helper()
@@ -179,7 +193,7 @@ func sidecar(t *testing.T, run *podRun, name, tool string) (*process, []string) 
 	}
 	args := append(run.args(t, ctr), "--kubeconfig="+run.kubecfg)
 	t.Logf("%s %s", name, strings.Join(args, " "))
-	return startProcess(t, name, tools[tool], args, envList(run.env(t, ctr))), args
+	return startContainer(t, name, tools[tool], args, envList(run.env(t, ctr))), args
 }
 
 // flagValue returns the value of --name=value in args.

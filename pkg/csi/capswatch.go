@@ -25,8 +25,12 @@ import (
 //     probe gives up on it.
 //   - Growth. When the set grows after Probe reported ready, the CSI
 //     socket's client connections are closed (Options.Accepted): the
-//     sidecars exit when their connection drops, kubelet restarts them,
-//     and they read the new set. Kubelet dials per call, so only a call in
+//     sidecars exit at their next call to the driver (gRPC reconnects
+//     lazily, and csi-lib-utils' ExitOnConnectionLoss fires on the
+//     reconnect), kubelet restarts them, and they read the new set. The
+//     external-provisioner with --enable-capacity calls GetCapacity at
+//     least every minute, so it exits within a minute even while it
+//     refuses every claim. Kubelet dials per call, so only a call in
 //     flight fails (and is retried). A set that shrinks or stays the same
 //     closes nothing.
 
@@ -114,7 +118,7 @@ func (d *Driver) grew(ctx context.Context, added, removed []string) {
 	}
 	if t := d.opts.Accepted; t != nil {
 		n := t.CloseAll()
-		d.log.WarnContext(ctx, "advertised capabilities grew; closed the CSI socket's client connections so that the sidecars (external-provisioner, -attacher, -resizer, -snapshotter), which read capabilities once and exit when their connection drops, are restarted by kubelet and read the new set",
+		d.log.WarnContext(ctx, "advertised capabilities grew; closed the CSI socket's client connections so that the sidecars (external-provisioner, -attacher, -resizer, -snapshotter), which read capabilities once, exit at their next call, are restarted by kubelet and read the new set",
 			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","), "connections_closed", n)
 		return
 	}

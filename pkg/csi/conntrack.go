@@ -9,9 +9,9 @@ import (
 // so that they can all be closed at once (CloseAll) while the listener
 // keeps accepting new ones. The proxy closes them when what it advertises
 // grows: the kubernetes-csi sidecars read capabilities once and exit when
-// their connection to the driver drops (csi-lib-utils
-// connection.ExitOnConnectionLoss), so kubelet restarts them and they read
-// the new set. Its zero value is ready to use.
+// they find their connection to the driver dropped, at their next call
+// (csi-lib-utils connection.ExitOnConnectionLoss), so kubelet restarts
+// them and they read the new set. Its zero value is ready to use.
 type ConnTracker struct {
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}

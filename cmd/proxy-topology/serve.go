@@ -384,9 +384,11 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 }
 
 // startupGrace bounds how long Probe reports not ready at start-up while
-// connections' capabilities are unconfirmed: well within the liveness
-// probe's patience (the manifests' 10s delay, then 3 failures 20s apart).
-var startupGrace = 15 * time.Second
+// some upstream has not answered: long enough for an upstream started
+// with the proxy to come up (retries at 1s, 3s, 7s), well within the
+// liveness probe's patience (the manifests' 10s delay, then 3 failures
+// 20s apart). A variable so that tests can shorten it.
+var startupGrace = 10 * time.Second
 
 // onConnectionChange chains onLoad (the metrics' hook, may be nil) with
 // changed, called when a connection loads for the first time or reloads.

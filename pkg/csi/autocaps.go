@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -149,6 +151,11 @@ func (p Policy) Aggregate(ups []UpstreamCaps) Capabilities {
 type Unconfirmed struct {
 	Connection string
 	Err        error
+	// Retry says asking again soon may help: the upstream did not answer
+	// (not listening yet, down, hung), or the connections could not be
+	// listed. A file that does not load, or a connection refused as a
+	// loop, waits for an edit instead (capswatch.go).
+	Retry bool
 }
 
 // AskClients asks an upstream for its capabilities: controller ones from
@@ -238,7 +245,7 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		d.log.WarnContext(ctx, "capabilities: connection could not be asked; it adds nothing to what is advertised until it answers",
 			"connection", u.Connection, "error", u.Err)
 	}
-	if len(unconfirmed) == 0 {
+	if !retrying(unconfirmed) {
 		d.confirm()
 	}
 	added, removed := capsDiff(prev, next)
@@ -264,7 +271,7 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed) {
 	names, err := d.opts.Store.List()
 	if err != nil {
-		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err)}}
+		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err), Retry: true}}
 	}
 	var (
 		mu    sync.Mutex
@@ -274,9 +281,9 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 		wg    sync.WaitGroup
 		sem   = make(chan struct{}, refreshWorkers)
 	)
-	unconfirmed := func(name string, err error) {
+	unconfirmed := func(name string, err error, retry bool) {
 		mu.Lock()
-		bad = append(bad, Unconfirmed{Connection: name, Err: err})
+		bad = append(bad, Unconfirmed{Connection: name, Err: err, Retry: retry})
 		mu.Unlock()
 	}
 	var round *Round
@@ -297,7 +304,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			defer cancel()
 			c, err := survey.Look(cctx, name)
 			if err != nil {
-				unconfirmed(name, err)
+				unconfirmed(name, err, errors.Is(err, connection.ErrUnavailable))
 				return
 			}
 			defer c.Release()
@@ -311,7 +318,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
 				if err := g.CheckIn(cctx, c, round); err != nil {
 					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)
-					unconfirmed(name, err)
+					unconfirmed(name, err, false)
 					return
 				}
 			}
@@ -335,7 +342,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			}
 			caps, err := AskClients(upstream.WithConnection(cctx, name), ctrl, node)
 			if err != nil {
-				unconfirmed(name, fmt.Errorf("upstream %s: %w", c.Controller.Target, err))
+				unconfirmed(name, fmt.Errorf("upstream %s: %w", c.Controller.Target, err), true)
 				return
 			}
 			mu.Lock()

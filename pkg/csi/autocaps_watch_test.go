@@ -186,16 +186,40 @@ func TestRetryUnconfirmedSoon(t *testing.T) {
 // TestConfirmedWithoutConnections: with no connection at all the first
 // refresh confirms everything, so an install with an empty connection
 // Secret becomes ready at once (and is not restarted by its liveness
-// probe).
+// probe); a connection file that does not load does not hold readiness
+// either, since waiting does not fix it, while an upstream that does not
+// answer does, and is the only one marked for a retry.
 func TestConfirmedWithoutConnections(t *testing.T) {
-	p := startTrackedProxy(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); p.Driver.WatchCapabilities(ctx, time.Hour) }()
-	defer func() { cancel(); <-stopped }()
-	select {
-	case <-p.Driver.Confirmed():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not confirmed with no connection")
+	for _, tc := range []struct {
+		name      string
+		files     map[string]string
+		confirmed bool
+	}{
+		{"no connection", nil, true},
+		{"a broken file", map[string]string{"broken": "driver: csi\n"}, true},
+		{"an upstream not listening", map[string]string{"gone": "driver: csi\ncsi:\n  endpoint: unix:///nonexistent/up.sock\n"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startTrackedProxy(t)
+			for name, content := range tc.files {
+				p.write(t, name, content)
+			}
+			_, unconfirmed := p.Driver.RefreshCapabilities(callCtx(t))
+			for _, u := range unconfirmed {
+				if want := !tc.confirmed; u.Retry != want {
+					t.Errorf("%s: Retry = %t, want %t (%v)", u.Connection, u.Retry, want, u.Err)
+				}
+			}
+			select {
+			case <-p.Driver.Confirmed():
+				if !tc.confirmed {
+					t.Error("confirmed with an upstream that did not answer")
+				}
+			default:
+				if tc.confirmed {
+					t.Errorf("not confirmed after a refresh (unconfirmed %v)", unconfirmed)
+				}
+			}
+		})
 	}
 }

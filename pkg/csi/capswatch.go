@@ -16,13 +16,14 @@ import (
 //
 //   - Retries. An upstream that could not be asked (not listening yet at
 //     start-up, say) is asked again soon, after 1s, 2s, 4s… up to the
-//     refresh interval, not a minute later.
+//     refresh interval, not a minute later. A file that does not load, or
+//     a loop, is not retried sooner: waiting does not fix it, an edit does.
 //   - Readiness. Confirmed is closed once a refresh has asked every
-//     connection (and every one answered); the proxy's serve makes Probe
-//     ready then, or after a short start-up grace, whichever comes first,
-//     so an install whose upstream is down (or that has no connection at
-//     all: confirmed at once) still becomes ready before the liveness
-//     probe gives up on it.
+//     connection and every upstream answered (files that do not load do
+//     not count); the proxy's serve makes Probe ready then, or after a
+//     short start-up grace, whichever comes first, so an install whose
+//     upstream is down (or that has no connection at all: confirmed at
+//     once) still becomes ready before the liveness probe gives up on it.
 //   - Growth. When the set grows after Probe reported ready, the CSI
 //     socket's client connections are closed (Options.Accepted): the
 //     sidecars exit at their next call to the driver (gRPC reconnects
@@ -38,7 +39,7 @@ import (
 // interval, and soon after ConnectionsChanged is called (at most once per
 // minGap), until ctx ends. A refresh that leaves connections unconfirmed
 // is followed by another after 1s, 2s, 4s… (capped at interval) until one
-// confirms them all. interval 0 means one minute.
+// confirms them all (Unconfirmed.Retry). interval 0 means one minute.
 func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
 	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.SelfGuard == nil {
 		d.confirm()
@@ -69,7 +70,7 @@ func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) 
 		_, unconfirmed := d.RefreshCapabilities(ctx)
 		last = time.Now()
 		next := interval
-		if len(unconfirmed) > 0 {
+		if retrying(unconfirmed) {
 			next = retry.Step()
 		} else {
 			retry = newRetryBackoff(interval)
@@ -90,6 +91,17 @@ func newRetryBackoff(interval time.Duration) *wait.Backoff {
 	return &wait.Backoff{Duration: min(time.Second, interval), Factor: 2, Cap: interval, Steps: math.MaxInt32}
 }
 
+// retrying says whether some unconfirmed connection may be confirmed by
+// asking again soon.
+func retrying(unconfirmed []Unconfirmed) bool {
+	for _, u := range unconfirmed {
+		if u.Retry {
+			return true
+		}
+	}
+	return false
+}
+
 // ConnectionsChanged asks WatchCapabilities for a refresh; it never
 // blocks (the connection store calls it while loading a file).
 func (d *Driver) ConnectionsChanged() {
@@ -101,7 +113,7 @@ func (d *Driver) ConnectionsChanged() {
 
 // Confirmed is closed once a refresh has asked every connection's
 // upstream and each answered (at once with no connection, or with nothing
-// auto). serve makes Probe ready then, or after its start-up grace.
+// auto); a connection whose file does not load does not hold it. serve makes Probe ready then, or after its start-up grace.
 func (d *Driver) Confirmed() <-chan struct{} { return d.confirmed }
 
 func (d *Driver) confirm() { d.confirmOnce.Do(func() { close(d.confirmed) }) }

@@ -295,7 +295,7 @@ func startContainer(t *testing.T, name, binary string, args, env []string) *proc
 	t.Cleanup(func() {
 		p.stop()
 		if n := p.restarts.Load(); n > 0 {
-			t.Logf("%s was restarted %d times", name, n)
+			t.Logf("%s: restarts %d", name, n)
 		}
 		p.check(t)
 	})

@@ -58,7 +58,7 @@ func gatherNodeInputs(ctx context.Context, o Options, ev *nodetopology.Evaluator
 
 // secretSource starts the informer on proxy.configSecret and waits for
 // its first list.
-func secretSource(ctx context.Context, o Options, ref, version string, log *slog.Logger) (*kube.SecretSource, error) {
+func secretSource(ctx context.Context, o Options, ref, version string, log *slog.Logger, changed func()) (*kube.SecretSource, error) {
 	ns, name, err := kube.ParseSecretRef(ref)
 	if err != nil {
 		return nil, err
@@ -68,6 +68,7 @@ func secretSource(ctx context.Context, o Options, ref, version string, log *slog
 		return nil, err
 	}
 	src := kube.NewSecretSource(c, ns, name, log)
+	src.OnChange(changed)
 	if err := kube.StartSecretSource(ctx, src); err != nil {
 		return nil, fmt.Errorf("API server %s: %w", c.Host, err)
 	}

@@ -159,8 +159,9 @@ func TestHealthThroughServe(t *testing.T) {
 		// is node-local (SPEC §12).
 		"proxy_topology_node_topology_segments 3",
 		// The start-up capability refresh (proxy.capabilities: auto)
-		// loads every connection.
-		"proxy_topology_connections_cached 1",
+		// asks the connection's upstream without caching it: only calls
+		// fill the cache.
+		"proxy_topology_connections_cached 0",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

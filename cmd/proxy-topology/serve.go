@@ -207,6 +207,9 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	var svc pcsi.Service
 	var driver *pcsi.Driver
 	var pool *upstream.Pool
+	// accepted tracks the CSI socket's client connections, closed when
+	// auto capabilities grow (the proxy only).
+	var accepted *pcsi.ConnTracker
 	switch cfg.Driver {
 	case config.DriverLocalHostpath:
 		d, err := hostpath.New(hostpath.Options{
@@ -225,7 +228,8 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		pool = upstream.NewPool(log)
 		defer pool.Close()
 		x.watchPool(pool)
-		driver, err = newProxy(ctx, o, cfg, name, version, pool, x, log)
+		accepted = &pcsi.ConnTracker{}
+		driver, err = newProxy(ctx, o, cfg, name, version, pool, accepted, x, log)
 		if err != nil {
 			return err
 		}
@@ -237,27 +241,36 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if accepted != nil {
+		lis = accepted.Listener(lis)
+	}
 	log.Info("serving CSI", "endpoint", o.Endpoint, "name", name, "version", version, "mode", o.Mode, "node_id", o.NodeID)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	if driver != nil {
 		// The sidecars wait for Probe to report ready before they read
-		// the capabilities, so the first computation of auto ones comes
-		// first; Probe answers (not ready) meanwhile. Each upstream gets
-		// the capability timeout; one that does not answer adds nothing.
-		// The whole first computation is bounded too, so that many
-		// unreachable upstreams cannot hold readiness past a liveness
-		// probe's patience; those not asked in time add nothing until the
-		// next refresh.
-		rctx, rcancel := context.WithTimeout(ctx, startupCapabilityTimeout)
-		driver.RefreshCapabilities(rctx)
-		rcancel()
-		driver.SetReady(true)
+		// the capabilities, so Probe says not ready until every
+		// connection's upstream was asked and answered, retried after 1s,
+		// 2s, 4s… (pcsi.WatchCapabilities), or until startupGrace has
+		// passed: an upstream that is down must not keep the proxy from
+		// ever becoming ready (the livenessprobe sidecar would restart
+		// it). What an upstream confirms later grows the set, and the
+		// sidecars are restarted to read it (pcsi.ConnTracker).
 		watched := make(chan struct{})
 		wctx, cancel := context.WithCancel(ctx)
 		go func() { defer close(watched); driver.WatchCapabilities(wctx, 0) }()
 		defer func() { cancel(); <-watched }()
+		grace := time.NewTimer(startupGrace)
+		select {
+		case <-driver.Confirmed():
+		case <-grace.C:
+			log.Warn("Probe reports ready before every connection's capabilities were confirmed (start-up grace over); what they add later restarts the sidecars",
+				"grace", startupGrace)
+		case <-ctx.Done():
+		}
+		grace.Stop()
+		driver.SetReady(true)
 	}
 	x.setNotReady("")
 	if o.listening != nil {
@@ -285,24 +298,30 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	return nil
 }
 
-func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
+func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, accepted *pcsi.ConnTracker, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
 	ev := cfg.Topology
 	topo := ev.Accessibility()
 	timeout := time.Duration(cfg.Proxy.CacheTimeoutMinutes) * time.Minute
 	if cfg.Proxy.CacheTimeoutMinutes < 0 {
 		timeout = -1
 	}
+	// A connection seen for the first time, or reloaded, or a change of
+	// the connections Secret, may change what auto capabilities
+	// advertise: the driver (made below) is told.
+	var changed atomic.Pointer[pcsi.Driver]
+	kick := func() {
+		if d := changed.Load(); d != nil {
+			d.ConnectionsChanged()
+		}
+	}
 	var src connection.Source
 	if ref := cfg.Proxy.ConfigSecret; ref != "" {
-		ss, err := secretSource(ctx, o, ref, version, log)
+		ss, err := secretSource(ctx, o, ref, version, log, kick)
 		if err != nil {
 			return nil, fmt.Errorf("config %s: proxy.configSecret: %w", cfg.File, err)
 		}
 		src = ss
 	}
-	// A connection seen for the first time, or reloaded, may change what
-	// auto capabilities advertise: the driver (made below) is told.
-	var changed atomic.Pointer[pcsi.Driver]
 	so := x.storeOptions(connection.Options{
 		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
 		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
@@ -311,11 +330,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	// loads (pcsi.SelfGuard).
 	guard := pcsi.NewSelfGuard(o.Endpoint)
 	so.Check = guard.Check
-	so.OnLoad = onConnectionChange(so.OnLoad, func() {
-		if d := changed.Load(); d != nil {
-			d.ConnectionsChanged()
-		}
-	})
+	so.OnLoad = onConnectionChange(so.OnLoad, kick)
 	store := connection.NewStore(so)
 	x.watchStore(store)
 	warnCentralNodeLocal(o.Mode, cfg.Proxy.NodeLocal, o.NodeID, store, log)
@@ -326,6 +341,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	opts := pcsi.Options{
 		Policy:      &policy,
 		SelfGuard:   guard,
+		Accepted:    accepted,
 		MaxIDLength: cfg.Proxy.MaxIDLength,
 		OnLongID:    x.longID,
 		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
@@ -367,9 +383,12 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	return d, nil
 }
 
-// startupCapabilityTimeout bounds the first computation of auto
-// capabilities, during which Probe reports not ready.
-const startupCapabilityTimeout = 15 * time.Second
+// startupGrace bounds how long Probe reports not ready at start-up while
+// some upstream has not answered: long enough for an upstream started
+// with the proxy to come up (retries at 1s, 3s, 7s), well within the
+// liveness probe's patience (the manifests' 10s delay, then 3 failures
+// 20s apart). A variable so that tests can shorten it.
+var startupGrace = 10 * time.Second
 
 // onConnectionChange chains onLoad (the metrics' hook, may be nil) with
 // changed, called when a connection loads for the first time or reloads.

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,17 +63,12 @@ func (s *stack) restartProvisioner(t *testing.T, from, to string) {
 	if i < 0 {
 		t.Fatalf("the deployed csi-provisioner has no %s: %v", from, s.provArgs)
 	}
-	_ = s.provisioner.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.provisioner.exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("csi-provisioner did not stop within 15s")
-	}
+	s.provisioner.stop()
 	args := slices.Clone(s.provArgs)
 	args[i] = to
 	ctr := s.run.container(t, "csi-provisioner")
 	t.Logf("csi-provisioner %s", strings.Join(args, " "))
-	s.provisioner = startProcess(t, "csi-provisioner ("+to+")", tools["CSI_PROVISIONER"], args, envList(s.run.env(t, ctr)))
+	s.provisioner = startContainer(t, "csi-provisioner ("+to+")", tools["CSI_PROVISIONER"], args, envList(s.run.env(t, ctr)))
 	s.provArgs = args
 }
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -194,10 +196,20 @@ func envList(env map[string]string) []string {
 
 // process is a started sidecar.
 type process struct {
-	name   string
+	name string
+	// cmd is the process; for a container that restarts (startContainer),
+	// the first run's until stop, then the last run's.
 	cmd    *exec.Cmd
 	logs   *syncBuffer
 	exited chan struct{}
+
+	// For a container that restarts: stopping ends the restarts, and
+	// restarts counts them.
+	stopping chan struct{}
+	stopOnce sync.Once
+	mu       sync.Mutex
+	current  *exec.Cmd
+	restarts atomic.Int32
 }
 
 // startProcess runs binary with args and env; it is stopped with SIGTERM
@@ -205,14 +217,12 @@ type process struct {
 func startProcess(t *testing.T, name, binary string, args, env []string) *process {
 	t.Helper()
 	p := &process{name: name, logs: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	cmd, done, err := runProcess(binary, args, env, p.logs)
+	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	p.cmd = cmd
+	go func() { <-done; close(p.exited) }()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -221,21 +231,123 @@ func startProcess(t *testing.T, name, binary string, args, env []string) *proces
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
-		// proxy-topology runs with -race when the suite does.
-		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
-			t.Errorf("%s: the race detector reported a data race; see its logs", name)
-		}
-		// The deployed RBAC lets each container do all it tries.
-		for _, line := range strings.Split(p.logs.String(), "\n") {
-			if strings.Contains(line, "is forbidden") {
-				t.Errorf("%s: denied by RBAC: %s", name, line)
-			}
-		}
-		if t.Failed() {
-			t.Logf("%s logs:\n%s", name, p.logs)
-		}
+		p.check(t)
 	})
 	return p
+}
+
+// containerRestartDelay is how long an exited container waits before it
+// runs again. Kubelet's first back-off is 10s, doubling on every crash;
+// the test does not wait that long, and restarts come seldom.
+const containerRestartDelay = time.Second
+
+// startContainer is startProcess for a container of a pod whose
+// restartPolicy is Always (every Deployment's and DaemonSet's): when the
+// process exits by itself it runs again, as kubelet would, with the same
+// args, env and log, after containerRestartDelay. The kubernetes-csi
+// sidecars exit when their connection to the driver drops, and rely on
+// this to connect again. exited is closed only once stop has ended it.
+func startContainer(t *testing.T, name, binary string, args, env []string) *process {
+	t.Helper()
+	p := &process{name: name, logs: &syncBuffer{}, exited: make(chan struct{}), stopping: make(chan struct{})}
+	cmd, done, err := runProcess(binary, args, env, p.logs)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	p.cmd, p.current = cmd, cmd
+	go func() {
+		defer close(p.exited)
+		for {
+			select {
+			case <-done:
+			case <-p.stopping:
+				cur := p.running()
+				_ = cur.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(15 * time.Second):
+					_ = cur.Process.Kill()
+					<-done
+				}
+				p.mu.Lock()
+				p.cmd = cur
+				p.mu.Unlock()
+				return
+			}
+			select {
+			case <-p.stopping:
+				return
+			case <-time.After(containerRestartDelay):
+			}
+			fmt.Fprintf(p.logs, "=== %s exited (%v); restarted as kubelet would (restartPolicy: Always)\n", name, p.running().ProcessState)
+			next, nextDone, err := runProcess(binary, args, env, p.logs)
+			if err != nil {
+				fmt.Fprintf(p.logs, "=== %s: restart failed: %v\n", name, err)
+				return
+			}
+			p.restarts.Add(1)
+			p.mu.Lock()
+			p.current = next
+			p.mu.Unlock()
+			done = nextDone
+		}
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if n := p.restarts.Load(); n > 0 {
+			t.Logf("%s: restarts %d", name, n)
+		}
+		p.check(t)
+	})
+	return p
+}
+
+// running is the container's current run.
+func (p *process) running() *exec.Cmd {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.current
+}
+
+// stop ends a container for good (SIGTERM, then SIGKILL after 15s) and
+// waits for it; a process of startProcess is only waited for.
+func (p *process) stop() {
+	if p.stopping != nil {
+		p.stopOnce.Do(func() { close(p.stopping) })
+	}
+	<-p.exited
+}
+
+// runProcess starts binary; done is closed once it has exited.
+func runProcess(binary string, args, env []string, logs *syncBuffer) (*exec.Cmd, chan struct{}, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return cmd, done, nil
+}
+
+// check reports what the logs of an ended process show: a data race
+// (proxy-topology runs with -race when the suite does) or a call the
+// deployed RBAC denied; and shows the logs if the test failed.
+func (p *process) check(t *testing.T) {
+	if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
+		t.Errorf("%s: the race detector reported a data race; see its logs", p.name)
+	}
+	// The deployed RBAC lets each container do all it tries.
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		if strings.Contains(line, "is forbidden") {
+			t.Errorf("%s: denied by RBAC: %s", p.name, line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s logs:\n%s", p.name, p.logs)
+	}
 }
 
 // alive fails the test if the process has exited.

@@ -75,6 +75,14 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	return startStackWith(t, stackConnections)
+}
+
+// startStackWith is startStack with the connections Secret holding exactly
+// connections (name -> file, %s the base path); with none it does not wait
+// for capacity, since nothing can be provisioned.
+func startStackWith(t *testing.T, connections map[string]string) *stack {
+	t.Helper()
 	c := withControlPlane(t)
 	createNodes(t, c)
 	ctx := context.Background()
@@ -97,7 +105,10 @@ func startStack(t *testing.T) *stack {
 			// keys: a key another test left would change this one.
 			t.Fatalf("the connections Secret holds keys another test left: %v", left)
 		}
-		for name, tmpl := range stackConnections {
+		if len(connections) == 0 {
+			clear(data)
+		}
+		for name, tmpl := range connections {
 			data[name+".yaml"] = []byte(fmt.Sprintf(tmpl, filepath.Join(s.base, name)))
 		}
 	})
@@ -143,7 +154,9 @@ func startStack(t *testing.T) *stack {
 
 	// Ready when the provisioner has published capacity for every zone
 	// of the WaitForFirstConsumer class.
-	s.waitCapacity(t, "proxy-topology-first-consumer", 2)
+	if len(connections) > 0 {
+		s.waitCapacity(t, "proxy-topology-first-consumer", 2)
+	}
 	return s
 }
 
@@ -182,7 +195,8 @@ func editConnections(t *testing.T, c *cluster, edit func(data map[string][]byte)
 
 // sidecar runs the pod's container name with the binary built here (env
 // var tool), which must be the version of the container's image tag; the
-// in-cluster config becomes --kubeconfig. It returns the process and its
+// in-cluster config becomes --kubeconfig. It is restarted when it exits,
+// as kubelet restarts it (startContainer). It returns the process and its
 // args.
 func sidecar(t *testing.T, run *podRun, name, tool string) (*process, []string) {
 	t.Helper()
@@ -192,7 +206,7 @@ func sidecar(t *testing.T, run *podRun, name, tool string) (*process, []string) 
 	}
 	args := append(run.args(t, ctr), "--kubeconfig="+run.kubecfg)
 	t.Logf("%s %s", name, strings.Join(args, " "))
-	return startProcess(t, name, tools[tool], args, envList(run.env(t, ctr))), args
+	return startContainer(t, name, tools[tool], args, envList(run.env(t, ctr))), args
 }
 
 // flagValue returns the value of --name=value in args.

@@ -26,8 +26,12 @@ func (c *Connection) Members() []string {
 // whether each one exists and is an ordinary connection is checked on
 // every call (Member), and a group is never cached as broken because a
 // member was.
-func (s *Store) loadGroup(name, file string, data []byte) (*Connection, error) {
+// quiet logs nothing (a Survey's look).
+func (s *Store) loadGroup(name, file string, data []byte, quiet bool) (*Connection, error) {
 	c, err := newGroup(name, file, data)
+	if quiet {
+		return c, err
+	}
 	if err != nil {
 		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
 		return nil, err

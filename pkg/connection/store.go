@@ -208,17 +208,10 @@ func (s *Store) Location() string {
 // again, and keeps its *Connection if the content is the same. ctx bounds
 // the wait for a new upstream client (see Options.BuildTimeout).
 func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
-	return s.get(ctx, name, true)
+	return s.get(ctx, name)
 }
 
-// Peek is Get for a look that is not a use: a cached connection's last use
-// is left as it was, so a background look (the proxy's capability refresh)
-// never keeps an unused connection from expiring.
-func (s *Store) Peek(ctx context.Context, name string) (*Connection, error) {
-	return s.get(ctx, name, false)
-}
-
-func (s *Store) get(ctx context.Context, name string, use bool) (*Connection, error) {
+func (s *Store) get(ctx context.Context, name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
@@ -241,9 +234,7 @@ func (s *Store) get(ctx context.Context, name string, use bool) (*Connection, er
 	s.mu.RLock()
 	prev, cached := s.entries[name]
 	if cached && s.opts.CacheTimeout != 0 && prev.version == ver {
-		if use {
-			prev.lastUsed.Store(at)
-		}
+		prev.lastUsed.Store(at)
 		conn, err := prev.conn, prev.err
 		if conn != nil {
 			// The entry holds a reference while it is in the map.
@@ -277,7 +268,7 @@ func (s *Store) get(ctx context.Context, name string, use bool) (*Connection, er
 			s.loaded(name, false, err)
 		}
 	default:
-		conn, err = s.load(ctx, name, s.src.Describe(name), data)
+		conn, err = s.load(ctx, name, s.src.Describe(name), data, nil)
 		s.loaded(name, reload, err)
 		if errors.Is(err, ErrUnavailable) {
 			// Not the file's fault, and not cached: the next call tries
@@ -290,11 +281,6 @@ func (s *Store) get(ctx context.Context, name string, use bool) (*Connection, er
 		e.sum = sha256.Sum256(data)
 	}
 	e.lastUsed.Store(at)
-	if !use && cached && conn != nil && conn == prev.conn {
-		// A peek at unchanged content (re-read because its version was
-		// racy) is not a use either.
-		e.lastUsed.Store(prev.lastUsed.Load())
-	}
 	if conn != nil {
 		conn.refs.Add(1) // the entry's reference
 	}
@@ -432,16 +418,25 @@ func (s *Store) Close() {
 	}
 }
 
-func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Connection, error) {
+// load makes the Connection of a file's content. With a Survey (v) it is
+// made for that look alone (survey.go): its clients are held by v, not by
+// the Connection, Options.Check is not run, and nothing is logged, since
+// the survey's user reports what it finds, every round.
+func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Survey) (*Connection, error) {
+	quiet := v != nil
 	if config.IsGroupFile(data) {
-		return s.loadGroup(name, file, data)
+		return s.loadGroup(name, file, data, quiet)
 	}
 	cfg, warnings, err := config.ParseConnection(file, data, s.opts.Topology)
 	for _, w := range warnings {
-		s.opts.Log.Warn(w, "connection", name)
+		if !quiet {
+			s.opts.Log.Warn(w, "connection", name)
+		}
 	}
 	if err != nil {
-		s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		if !quiet {
+			s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
+		}
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: cfg}
@@ -455,6 +450,9 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Conn
 	lease := func(l *upstream.Lease, err error) (*upstream.Client, error) {
 		if err != nil {
 			return nil, err
+		}
+		if v != nil {
+			return v.hold(l), nil
 		}
 		c.leases = append(c.leases, l)
 		return l.Client(), nil
@@ -472,19 +470,7 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Conn
 		}
 	case config.DriverLocalHostpath:
 		target = "local-hostpath:" + cfg.LocalHostpath.ShareBasePath
-		c.Controller, err = lease(s.opts.Pool.Local(bctx, name, hostpath.Options{
-			DriverName: s.opts.DriverName,
-			Version:    s.opts.Version,
-			// The id the proxy sends the driver in ControllerPublish is the
-			// connection's translation of the node name, so the driver
-			// must know its own node by that id.
-			NodeID:            cfg.Proxy.PerDriver.NodeID.Render(s.opts.NodeID),
-			Shared:            len(cfg.Proxy.PerDriver.Topology) > 0,
-			BasePath:          cfg.LocalHostpath.ShareBasePath,
-			Stage:             cfg.LocalHostpath.Stage,
-			ControllerPublish: cfg.LocalHostpath.ControllerPublish,
-			Logger:            s.opts.Log,
-		}))
+		c.Controller, err = lease(s.opts.Pool.Local(bctx, name, s.localOptions(cfg)))
 		c.Node = c.Controller
 	}
 	if err != nil {
@@ -497,20 +483,42 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte) (*Conn
 					why += "; is the base path on a hung mount?"
 				}
 			}
-			s.opts.Log.Warn("connection's upstream is not ready", "connection", name, "upstream", target, "error", err)
+			if !quiet {
+				s.opts.Log.Warn("connection's upstream is not ready", "connection", name, "upstream", target, "error", err)
+			}
 			return nil, fmt.Errorf("%w: connection %q (endpoint %s): %s: %w", ErrUnavailable, name, target, why, err)
 		}
 		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 	}
-	if s.opts.Check != nil && cfg.Driver == config.DriverCSI {
+	if s.opts.Check != nil && cfg.Driver == config.DriverCSI && !quiet {
 		if err := s.opts.Check(bctx, c); err != nil {
 			c.Release()
 			s.opts.Log.Error("connection refused", "connection", name, "error", err)
 			return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 		}
 	}
-	s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)
+	if !quiet {
+		s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)
+	}
 	return c, nil
+}
+
+// localOptions are the built-in driver's settings for a local-hostpath
+// connection.
+func (s *Store) localOptions(cfg *config.Connection) hostpath.Options {
+	return hostpath.Options{
+		DriverName: s.opts.DriverName,
+		Version:    s.opts.Version,
+		// The id the proxy sends the driver in ControllerPublish is the
+		// connection's translation of the node name, so the driver must
+		// know its own node by that id.
+		NodeID:            cfg.Proxy.PerDriver.NodeID.Render(s.opts.NodeID),
+		Shared:            len(cfg.Proxy.PerDriver.Topology) > 0,
+		BasePath:          cfg.LocalHostpath.ShareBasePath,
+		Stage:             cfg.LocalHostpath.Stage,
+		ControllerPublish: cfg.LocalHostpath.ControllerPublish,
+		Logger:            s.opts.Log,
+	}
 }
 
 // List returns the names of all connections in the source, sorted.

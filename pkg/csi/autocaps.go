@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -22,8 +24,8 @@ import (
 // per service, what the proxy implements intersected with the union of
 // what the connections' upstreams advertise. It never advertises what it
 // could not confirm: an upstream that cannot be asked contributes nothing
-// until a later refresh reaches it (and then a warning says the sidecars
-// must be restarted to see what grew), CONTROLLER_SERVICE is advertised
+// until a later refresh reaches it (retried soon, capswatch.go; what grows
+// then makes the sidecars restart), CONTROLLER_SERVICE is advertised
 // only when some upstream has a controller service, and with no
 // connection at all only VOLUME_ACCESSIBILITY_CONSTRAINTS (the proxy's
 // own) is advertised.
@@ -149,13 +151,21 @@ func (p Policy) Aggregate(ups []UpstreamCaps) Capabilities {
 type Unconfirmed struct {
 	Connection string
 	Err        error
+	// Retry says asking again soon may help: the upstream did not answer
+	// (not listening yet, down, hung), or the connections could not be
+	// listed. A file that does not load, or a connection refused as a
+	// loop, waits for an edit instead (capswatch.go).
+	Retry bool
 }
 
 // AskClients asks an upstream for its capabilities: controller ones from
 // ctrl (nil: not asked), node ones from node (nil: not asked), the plugin's
-// expansion from whichever is set. An upstream that answers UNIMPLEMENTED
-// for a service has none of its capabilities (a node-only driver); any
-// other error means nothing could be confirmed.
+// expansion from whichever is set. The controller and node answers come
+// from the clients' own refresh (upstream.Client.RefreshController,
+// RefreshNode), which also updates the cache the per-call checks read, so
+// an upstream's capabilities have one source. An upstream that answers
+// UNIMPLEMENTED for a service has none of its capabilities (a node-only
+// driver); any other error means nothing could be confirmed.
 func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps, error) {
 	var out UpstreamCaps
 	unimplemented := func(err error) bool { return status.Code(err) == codes.Unimplemented }
@@ -180,41 +190,46 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 		}
 	}
 	if ctrl != nil {
-		resp, err := ctrl.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		types, err := ctrl.RefreshController(ctx)
 		if err != nil && !unimplemented(err) {
 			return UpstreamCaps{}, fmt.Errorf("ControllerGetCapabilities: %w", err)
 		}
 		if err == nil && !pluginAnswered {
 			out.ControllerService = true
 		}
-		for _, c := range resp.GetCapabilities() {
-			out.Controller = append(out.Controller, c.GetRpc().GetType())
-		}
+		out.Controller = types
 	}
 	if node != nil {
-		resp, err := node.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+		types, err := node.RefreshNode(ctx)
 		if err != nil && !unimplemented(err) {
 			return UpstreamCaps{}, fmt.Errorf("NodeGetCapabilities: %w", err)
 		}
-		for _, c := range resp.GetCapabilities() {
-			out.Node = append(out.Node, c.GetRpc().GetType())
-		}
+		out.Node = types
 	}
 	return out, nil
 }
 
 // RefreshCapabilities recomputes the auto parts of Options.Policy from
 // every connection's upstream and advertises the result; with a SelfGuard
-// it also checks every driver: csi connection for a cycle again. It logs what
-// changed: growth after the first refresh is a warning, because the
-// sidecars read capabilities once and must be restarted to use it. It
-// returns the new set and the connections that could not be asked. Without
-// a Policy, or with nothing auto, it asks for no capability.
+// it also checks every driver: csi connection for a cycle again. It logs
+// what changed. Growth after Probe reported ready closes the CSI socket's
+// client connections (Options.Accepted), so the sidecars, which read
+// capabilities once, restart and read the new set (capswatch.go). It
+// returns the new set and the connections that could not be asked.
+// Without a Policy, or with nothing auto, it asks for no capability.
+//
+// A refresh is not a use: it looks at the connections through a
+// connection.Survey, so it caches none, keeps none from expiring, and asks
+// each distinct upstream client once.
 func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Unconfirmed) {
 	d.refreshMu.Lock()
 	defer d.refreshMu.Unlock()
 	p := d.opts.Policy
 	auto := p != nil && p.Auto()
+	if !auto {
+		// Nothing advertised depends on the upstreams.
+		d.confirm()
+	}
 	if !auto && d.opts.SelfGuard == nil {
 		return d.Capabilities(), nil
 	}
@@ -230,16 +245,18 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		d.log.WarnContext(ctx, "capabilities: connection could not be asked; it adds nothing to what is advertised until it answers",
 			"connection", u.Connection, "error", u.Err)
 	}
+	if !retrying(unconfirmed) {
+		d.confirm()
+	}
 	added, removed := capsDiff(prev, next)
 	first := !d.refreshed
 	d.refreshed = true
 	switch {
 	case first:
 		d.log.InfoContext(ctx, "advertised capabilities (proxy.capabilities: auto)", "controller", typeNames(next.Controller),
-			"node", typeNames(next.Node), "volume_expansion", next.Expansion.String(), "connections_asked", len(ups), "unconfirmed", len(unconfirmed))
+			"node", typeNames(next.Node), "volume_expansion", next.Expansion.String(), "upstreams_asked", len(ups), "unconfirmed", len(unconfirmed))
 	case len(added) > 0:
-		d.log.WarnContext(ctx, "advertised capabilities grew; the CSI sidecars read them once at start-up, so restart them (external-provisioner, -resizer, -snapshotter, -attacher, -health-monitor) to use what was added",
-			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))
+		d.grew(ctx, added, removed)
 	case len(removed) > 0:
 		d.log.WarnContext(ctx, "advertised capabilities shrank; sidecars started earlier still use the old set, and their calls for what was removed fail per connection",
 			"removed", strings.Join(removed, ","))
@@ -247,30 +264,36 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 	return next, unconfirmed
 }
 
-// askConnections asks the upstream of every connection, each shared
-// client once, refreshWorkers at a time, for its capabilities when ask is
-// set; with a SelfGuard it first looks for a cycle again.
+// askConnections asks the upstream of every connection, each distinct
+// client (or pair of controller and node clients) once, refreshWorkers at
+// a time, for its capabilities when ask is set; with a SelfGuard it first
+// looks for a cycle again. It returns one UpstreamCaps per upstream asked.
 func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed) {
 	names, err := d.opts.Store.List()
 	if err != nil {
-		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err)}}
-	}
-	type result struct {
-		caps UpstreamCaps
-		err  error
+		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err), Retry: true}}
 	}
 	var (
-		mu       sync.Mutex
-		byClient = map[[2]*upstream.Client]*result{}
-		ups      []UpstreamCaps
-		bad      []Unconfirmed
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, refreshWorkers)
+		mu    sync.Mutex
+		asked = map[[2]*upstream.Client]bool{}
+		ups   []UpstreamCaps
+		bad   []Unconfirmed
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, refreshWorkers)
 	)
+	unconfirmed := func(name string, err error, retry bool) {
+		mu.Lock()
+		bad = append(bad, Unconfirmed{Connection: name, Err: err, Retry: retry})
+		mu.Unlock()
+	}
 	var round *Round
 	if d.opts.SelfGuard != nil {
 		round = d.opts.SelfGuard.NewRound()
 	}
+	// The survey holds the clients of connections the cache does not,
+	// until every look is done.
+	survey := d.opts.Store.Survey()
+	defer survey.Close()
 	for _, name := range names {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -279,16 +302,15 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, d.opts.CapabilityTimeout)
 			defer cancel()
-			// Peek: a refresh is not a use, so it does not keep an
-			// unused connection from expiring (cacheTimeoutMinutes).
-			c, err := d.opts.Store.Peek(cctx, name)
+			c, err := survey.Look(cctx, name)
 			if err != nil {
-				mu.Lock()
-				bad = append(bad, Unconfirmed{Connection: name, Err: err})
-				mu.Unlock()
+				unconfirmed(name, err, errors.Is(err, connection.ErrUnavailable))
 				return
 			}
 			defer c.Release()
+			if c.IsGroup() {
+				return // no upstream of its own; its members are asked
+			}
 			// Look for a cycle again: another proxy's routes-to may have
 			// grown since this connection loaded (the two loaded at the
 			// same moment). A refused connection fails its calls and is
@@ -296,9 +318,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
 				if err := g.CheckIn(cctx, c, round); err != nil {
 					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)
-					mu.Lock()
-					bad = append(bad, Unconfirmed{Connection: name, Err: err})
-					mu.Unlock()
+					unconfirmed(name, err, false)
 					return
 				}
 			}
@@ -314,75 +334,25 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			}
 			key := [2]*upstream.Client{ctrl, node}
 			mu.Lock()
-			r, asked := byClient[key]
-			if !asked {
-				r = &result{}
-				byClient[key] = r
-			}
+			before := asked[key]
+			asked[key] = true
 			mu.Unlock()
-			if !asked {
-				caps, err := AskClients(upstream.WithConnection(cctx, name), ctrl, node)
-				mu.Lock()
-				r.caps, r.err = caps, err
-				mu.Unlock()
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if asked {
+			if before {
 				return // counted once, under the connection that asked
 			}
-			if r.err != nil {
-				bad = append(bad, Unconfirmed{Connection: name, Err: fmt.Errorf("upstream %s: %w", c.Controller.Target, r.err)})
+			caps, err := AskClients(upstream.WithConnection(cctx, name), ctrl, node)
+			if err != nil {
+				unconfirmed(name, fmt.Errorf("upstream %s: %w", c.Controller.Target, err), true)
 				return
 			}
-			ups = append(ups, r.caps)
+			mu.Lock()
+			ups = append(ups, caps)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	slices.SortFunc(bad, func(a, b Unconfirmed) int { return strings.Compare(a.Connection, b.Connection) })
 	return ups, bad
-}
-
-// WatchCapabilities refreshes the capabilities every interval, and soon
-// after ConnectionsChanged is called (at most once per minGap), until ctx
-// ends. interval 0 means one minute.
-func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
-	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.SelfGuard == nil {
-		return
-	}
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	const minGap = 5 * time.Second
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last time.Time // the first kick refreshes at once
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-d.refreshKick:
-			if wait := minGap - time.Since(last); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-		}
-		d.RefreshCapabilities(ctx)
-		last = time.Now()
-	}
-}
-
-// ConnectionsChanged asks WatchCapabilities for a refresh; it never
-// blocks (the connection store calls it while loading a file).
-func (d *Driver) ConnectionsChanged() {
-	select {
-	case d.refreshKick <- struct{}{}:
-	default:
-	}
 }
 
 func typeNames[T fmt.Stringer](ts []T) string {

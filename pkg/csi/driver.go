@@ -39,7 +39,9 @@
 //     node-local connections (SPEC §12) pinned to this controller's node
 //     included; the topology dry run predicts with the same methods.
 //   - Forwarding to drivers the proxy did not write: autocaps.go
-//     (proxy.capabilities: auto, recomputed as connections change),
+//     (proxy.capabilities: auto, recomputed as connections change) with
+//     capswatch.go (when: retries, readiness, growth) and conntrack.go
+//     (the socket's accepted connections, closed when the set grows),
 //     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an
 //     upstream's own accessible_topology is never widened), selfroute.go
 //     (connections that route back to this proxy are refused).
@@ -118,6 +120,11 @@ type Options struct {
 	// GetPluginInfo; the same guard's Check must be the store's
 	// connection.Options.Check. nil publishes none.
 	SelfGuard *SelfGuard
+	// Accepted, if set, tracks the CSI socket's client connections: when
+	// auto capabilities grow after Probe reported ready they are closed,
+	// so that the sidecars restart and read the new set (capswatch.go).
+	// nil closes nothing and only warns.
+	Accepted *ConnTracker
 	// CapabilityTimeout bounds the capability calls to one upstream in a
 	// refresh; 0 means 5s.
 	CapabilityTimeout time.Duration
@@ -151,6 +158,10 @@ type Driver struct {
 	refreshMu   sync.Mutex
 	refreshed   bool
 	refreshKick chan struct{}
+	// confirmed is closed once a refresh confirmed every connection
+	// (Confirmed).
+	confirmed   chan struct{}
+	confirmOnce sync.Once
 }
 
 // New returns a driver; it reports ready to Probe once SetReady is called.
@@ -188,7 +199,7 @@ func New(opts Options) (*Driver, error) {
 	if opts.Policy != nil {
 		caps = opts.Policy.Aggregate(nil)
 	}
-	d := &Driver{opts: opts, log: opts.Log, refreshKick: make(chan struct{}, 1)}
+	d := &Driver{opts: opts, log: opts.Log, refreshKick: make(chan struct{}, 1), confirmed: make(chan struct{})}
 	d.caps.Store(&caps)
 	return d, nil
 }

@@ -64,7 +64,7 @@ type SecretSource struct {
 	synced atomic.Bool
 
 	startOnce sync.Once
-	// onChange, if set, is called after every applied update (tests).
+	// onChange, if set, is called after every applied update (OnChange).
 	onChange func()
 }
 
@@ -112,6 +112,12 @@ func NewSecretSource(client SecretWatcher, namespace, name string, log *slog.Log
 
 // String names the Secret.
 func (s *SecretSource) String() string { return "secret " + s.namespace + "/" + s.name }
+
+// OnChange makes f be called after every update of the Secret the source
+// applies (keys added, changed or removed, the Secret deleted); f must not
+// block. The proxy asks for a capability refresh with it, so a connection
+// added to the Secret is asked about within seconds. Call it before Start.
+func (s *SecretSource) OnChange(f func()) { s.onChange = f }
 
 // Start runs the informer until ctx ends. It returns at once; call
 // WaitForSync before serving.

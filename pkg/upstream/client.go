@@ -157,6 +157,63 @@ func (c *Client) HasNode(ctx context.Context, capability csi.NodeServiceCapabili
 	return caps[capability], err
 }
 
+// RefreshController asks the upstream for its controller capabilities
+// afresh and stores the answer in the cache HasController answers from, so
+// the proxy's capability refresh (proxy.capabilities: auto) and the
+// per-call checks read one source. An error (UNIMPLEMENTED from a
+// node-only driver included) leaves the cache as it was.
+func (c *Client) RefreshController(ctx context.Context) ([]csi.ControllerServiceCapability_RPC_Type, error) {
+	return refresh(&c.caps, &c.caps.controller, func() ([]csi.ControllerServiceCapability_RPC_Type, error) {
+		resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]csi.ControllerServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
+		for _, x := range resp.GetCapabilities() {
+			out = append(out, x.GetRpc().GetType())
+		}
+		return out, nil
+	})
+}
+
+// RefreshNode is RefreshController for node capabilities.
+func (c *Client) RefreshNode(ctx context.Context) ([]csi.NodeServiceCapability_RPC_Type, error) {
+	return refresh(&c.caps, &c.caps.node, func() ([]csi.NodeServiceCapability_RPC_Type, error) {
+		resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]csi.NodeServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
+		for _, x := range resp.GetCapabilities() {
+			out = append(out, x.GetRpc().GetType())
+		}
+		return out, nil
+	})
+}
+
+// refresh asks the upstream with ask and stores the answer in *cache,
+// unless the client reconnected meanwhile (the answer may be the previous
+// process's). It returns the answer in the upstream's order.
+func refresh[T comparable](cc *capCache, cache *map[T]bool, ask func() ([]T, error)) ([]T, error) {
+	cc.mu.Lock()
+	gen := cc.gen
+	cc.mu.Unlock()
+	types, err := ask()
+	if err != nil {
+		return nil, err
+	}
+	caps := make(map[T]bool, len(types))
+	for _, t := range types {
+		caps[t] = true
+	}
+	cc.mu.Lock()
+	if cc.gen == gen {
+		*cache = caps
+	}
+	cc.mu.Unlock()
+	return types, nil
+}
+
 // discover returns the capability set cached in *cache, asking the upstream
 // with ask on a miss. Two callers missing at once both ask; the answers are
 // the same, and neither waits for the other's call. No lock is held while

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,5 +73,77 @@ func TestCapabilitiesCached(t *testing.T) {
 	}
 	if n := len(srv.calls); n != 2 {
 		t.Errorf("%d capability calls, want 2 (one discovery each)", n)
+	}
+}
+
+// changingServer advertises the controller capabilities in caps, which a
+// test changes between calls, and counts the calls.
+type changingServer struct {
+	csi.UnimplementedControllerServer
+	mu    sync.Mutex
+	caps  []csi.ControllerServiceCapability_RPC_Type
+	calls int
+}
+
+func (s *changingServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range s.caps {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
+}
+
+func (s *changingServer) set(caps ...csi.ControllerServiceCapability_RPC_Type) (calls int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.caps = caps
+	return s.calls
+}
+
+// TestRefreshUpdatesCache: RefreshController always asks the upstream and
+// stores its answer where HasController reads, so the capability refresh
+// and the per-call checks agree: a capability the upstream gained is seen
+// by HasController after a refresh, with no call of its own.
+func TestRefreshUpdatesCache(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "up.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &changingServer{caps: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}
+	s := grpc.NewServer()
+	csi.RegisterControllerServer(s, srv)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(l) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+
+	c := leaseCSI(t, quietPool(t), "unix://"+sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap := csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT
+	if ok, err := c.HasController(ctx, snap); ok || err != nil {
+		t.Fatalf("HasController(snapshots) before = %v, %v; want false", ok, err)
+	}
+	srv.set(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, snap)
+	// The cache still answers from the first discovery.
+	if ok, _ := c.HasController(ctx, snap); ok {
+		t.Fatal("HasController asked again on a cache hit")
+	}
+	got, err := c.RefreshController(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1] != snap {
+		t.Errorf("RefreshController = %v, want [CREATE_DELETE_VOLUME CREATE_DELETE_SNAPSHOT]", got)
+	}
+	if ok, err := c.HasController(ctx, snap); !ok || err != nil {
+		t.Errorf("HasController(snapshots) after the refresh = %v, %v; want true", ok, err)
+	}
+	if calls := srv.set(); calls != 2 {
+		t.Errorf("%d capability calls, want 2 (the discovery and the refresh)", calls)
 	}
 }

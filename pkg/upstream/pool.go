@@ -18,7 +18,9 @@
 //
 // A Client (client.go) is the one place an upstream's capabilities are
 // discovered and cached: HasController and HasNode ask the upstream once
-// and answer from memory until the client reconnects or is closed.
+// and answer from memory until the client reconnects or is closed;
+// RefreshController and RefreshNode (the proxy's capability refresh) ask
+// again and update that memory.
 //
 // WithConnection and ConnectionFrom carry the name of the connection a call
 // is made for through its context, since a Client is shared by connections.

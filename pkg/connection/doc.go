@@ -13,11 +13,13 @@
 // The files, by concern:
 //
 //   - store.go: the Store and its cache. Get is a call's look-up (a cache
-//     hit costs one Source.Stat); Peek is the same look for a background
-//     task that must not count as a use, so it never keeps an unused
-//     connection from expiring; List names the connections that exist.
+//     hit costs one Source.Stat); List names the connections that exist.
 //     Errors wrap the sentinels ErrInvalidName, ErrNotFound, ErrBroken and
 //     ErrUnavailable, which pkg/csi maps to gRPC codes.
+//   - survey.go: Survey, a background task's look at every connection
+//     (the capability refresh, the loop re-check) that caches none and is
+//     not a use, so an unused connection still expires; each distinct
+//     upstream client is leased once for the survey.
 //   - source.go: where files come from (Source): a folder (FolderSource),
 //     or a Kubernetes Secret (pkg/kube's SecretSource).
 //   - group.go: connection groups (SPEC §11). A group file becomes a

@@ -55,7 +55,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	if err := d.checkNotWidened(c, vol.GetAccessibleTopology()); err != nil {
+	if err := d.checkNotWidened(c, decision, vol.GetAccessibleTopology()); err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, widenCode, err)
 	}
 	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())

@@ -23,6 +23,10 @@ type matrixRow struct {
 	// controllerPublish turns on local-hostpath's ControllerPublish and
 	// the proxy's proxy.controllerPublish.
 	controllerPublish bool
+	// provisionerRequirements gives csi-sanity's CreateVolume calls the
+	// accessibility requirements the external-provisioner would send
+	// (provisionerRequirements), in both runs.
+	provisionerRequirements bool
 	// hungNeighbour adds a second connection, "hung", whose upstream
 	// accepts connections and never answers, with a 1s csi.timeout.
 	hungNeighbour bool
@@ -139,8 +143,11 @@ var matrixRows = []matrixRow{
 		},
 		stage: true,
 		// The driver's volumes live on one node: the proxy is run as SPEC
-		// §8 says for such an upstream, with nodeTopology.type node.
-		nodeTopologyType: "node",
+		// §8 says for such an upstream, with nodeTopology.type node, and
+		// creates name the node as the external-provisioner's do (without
+		// a node to pin to, the proxy refuses such an upstream's volumes).
+		nodeTopologyType:        "node",
+		provisionerRequirements: true,
 	},
 	{
 		name: "own-topology-declared",

@@ -45,14 +45,15 @@ func (e errWidens) Error() string {
 // checkNotWidened returns errWidens when handing back a volume whose
 // upstream answered topology, with decision as its accessible_topology,
 // would widen it. It would not when the connection declares topology (the
-// admin said where the storage is), when the connection is node-local (the
-// proxy pins its volumes to their node itself), or when, under the node
-// topology type, decision pins the volume to the node the CO asked for (a
-// node is no wider than any topology the upstream can answer). Any other
-// decision of a connection without topology is everywhere, or the terms of
-// a request that knows nothing of the upstream's topology: wider.
+// admin said where the storage is), or when, under the node topology type,
+// decision pins the volume to the node the CO asked for (a node is no
+// wider than any topology the upstream can answer). Any other decision of
+// a connection without topology is everywhere, or the terms of a request
+// that knows nothing of the upstream's topology: wider. (Node-local
+// connections are the built-in local-hostpath, which answers no topology;
+// the proxy pins their volumes itself.)
 func (d *Driver) checkNotWidened(c *connection.Connection, decision accessible.Decision, upstream []*csi.Topology) error {
-	if len(upstream) == 0 || len(c.Config.Proxy.PerDriver.Topology) > 0 || c.NodeLocal() {
+	if len(upstream) == 0 || len(c.Config.Proxy.PerDriver.Topology) > 0 {
 		return nil
 	}
 	err := errWidens{connection: c.Name, file: c.File, upstream: upstream}

@@ -143,6 +143,17 @@ testdata/check/idroom/connections/nas-with-a-rather-long-descriptive-name.yaml: 
 checked 3 files: 2 ok, 1 with warnings, 0 with errors
 `,
 		},
+		{
+			// Without proxy.maxIdLength (the default) such IDs are
+			// returned, and the warning says so.
+			name: "connection name leaves little room, maxIdLength unset", code: 0,
+			args: []string{"--config", "testdata/check/idroom/proxy-default.yaml", "--connections-folder", "testdata/check/idroom/connections", own},
+			stdout: `testdata/check/idroom/proxy-default.yaml: ok
+testdata/check/idroom/connections/nas.yaml: ok
+testdata/check/idroom/connections/nas-with-a-rather-long-descriptive-name.yaml: warning: the connection name is 39 bytes, which leaves 86 bytes for upstream handles within 128: IDs of longer handles (democratic-csi's snapshot handles are 123 bytes) are returned anyway (proxy.maxIdLength is unset), warned about and counted in proxy_topology_long_ids_total; a shorter name leaves more room
+checked 3 files: 2 ok, 1 with warnings, 0 with errors
+`,
+		},
 		{name: "no config", args: nil, code: 2, stderrHas: "proxy-topology check: --config is required\n"},
 		{name: "stray argument", args: []string{"--config", "x.yaml", "extra"}, code: 2, stderrHas: "unexpected argument \"extra\""},
 		{name: "bad flag", args: []string{"--nope"}, code: 2, stderrHas: "proxy-topology check: unknown flag: --nope\n\nUsage:\n  proxy-topology check --config PATH"},

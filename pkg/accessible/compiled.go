@@ -366,6 +366,21 @@ func canonical(t map[string]string) string {
 // Everywhere reports a volume reachable from every node.
 func (d Decision) Everywhere() bool { return len(d.topologies) == 0 }
 
+// Constrains reports whether every topology of d requires key, so the
+// volume is reachable only from nodes carrying one of the values it names
+// (for the node key: from the nodes named). Everywhere constrains nothing.
+func (d Decision) Constrains(key string) bool {
+	if len(d.topologies) == 0 {
+		return false
+	}
+	for _, t := range d.topologies {
+		if _, ok := t[key]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Topologies returns the accessible_topology as new messages the caller
 // may keep and change; nil means everywhere.
 func (d Decision) Topologies() []*csi.Topology {

@@ -95,8 +95,9 @@ type Proxy struct {
 	// False (the default): nodes report <prefix>/node only under type node
 	// or when a node-local connection exists when they start.
 	NodeLocal bool `koanf:"nodeLocal"`
-	// ControllerPublish advertises PUBLISH_UNPUBLISH_VOLUME and forwards
-	// ControllerPublish/Unpublish. Off by default: most storage behind a
+	// ControllerPublish advertises PUBLISH_UNPUBLISH_VOLUME (and, under
+	// capabilities auto, PUBLISH_READONLY when an upstream has it) and
+	// forwards ControllerPublish/Unpublish. Off by default: most storage behind a
 	// proxy needs no attach step, and the CO then skips VolumeAttachments.
 	ControllerPublish bool `koanf:"controllerPublish"`
 	// Capabilities is what the proxy advertises: "auto" (the default, also

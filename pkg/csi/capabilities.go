@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 )
@@ -86,17 +87,27 @@ func ResolveCapabilities(controller, node []string, controllerPublish bool) (Cap
 	return out, nil
 }
 
+// publishCapabilities are added when controller publishing is on. The
+// proxy forwards ControllerPublishVolume's readonly flag unchanged, so an
+// upstream that honours it (PUBLISH_READONLY) still does through the
+// proxy; without PUBLISH_READONLY the CO would not ask for a read-only
+// attachment (csi-sanity skips its incompatible-publish spec).
+var publishCapabilities = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+	csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+}
+
 // implementedController is what the proxy can route: supportedController,
-// with PUBLISH_UNPUBLISH_VOLUME first when controller publishing is on.
+// with publishCapabilities first when controller publishing is on.
 func implementedController(controllerPublish bool) []csi.ControllerServiceCapability_RPC_Type {
 	if !controllerPublish {
 		return supportedController
 	}
-	return append([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}, supportedController...)
+	return append(slices.Clip(publishCapabilities), supportedController...)
 }
 
 func publishHint(name string, enabled bool) string {
-	if name == "PUBLISH_UNPUBLISH_VOLUME" && !enabled {
+	if (name == "PUBLISH_UNPUBLISH_VOLUME" || name == "PUBLISH_READONLY") && !enabled {
 		return " (set proxy.controllerPublish: true)"
 	}
 	return ""

@@ -6,6 +6,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -93,7 +94,8 @@ func TestResolveCapabilities(t *testing.T) {
 }
 
 // TestResolveCapabilitiesDefaults: no list means everything, with
-// PUBLISH_UNPUBLISH_VOLUME only when controller publishing is on.
+// PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY only when controller
+// publishing is on.
 func TestResolveCapabilitiesDefaults(t *testing.T) {
 	off, err := pcsi.ResolveCapabilities(nil, nil, false)
 	if err != nil {
@@ -104,12 +106,13 @@ func TestResolveCapabilitiesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+	readonly := csi.ControllerServiceCapability_RPC_PUBLISH_READONLY
 	for _, c := range off.Controller {
-		if c == pub {
-			t.Errorf("PUBLISH_UNPUBLISH_VOLUME advertised without controllerPublish")
+		if c == pub || c == readonly {
+			t.Errorf("%v advertised without controllerPublish", c)
 		}
 	}
-	if d := diff(append([]csi.ControllerServiceCapability_RPC_Type{pub}, off.Controller...), on.Controller); d != "" {
+	if d := diff(append([]csi.ControllerServiceCapability_RPC_Type{pub, readonly}, off.Controller...), on.Controller); d != "" {
 		t.Errorf("with controllerPublish (-want +got):\n%s", d)
 	}
 	for _, want := range []csi.ControllerServiceCapability_RPC_Type{
@@ -157,5 +160,44 @@ func TestAdvertisedSubset(t *testing.T) {
 		Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_GET_VOLUME_STATS}}}}}
 	if d := diff(wantNode, nodeCaps); d != "" {
 		t.Errorf("node (-want +got):\n%s", d)
+	}
+}
+
+// TestAutoAdvertisesPublishReadonly: the proxy forwards
+// ControllerPublishVolume's readonly flag unchanged
+// (TestControllerPublishForwarded), so with proxy.controllerPublish auto
+// passes on an upstream's PUBLISH_READONLY, and only then: not without
+// controller publishing, not when no upstream has it. An explicit list may
+// name it only with controller publishing on.
+func TestAutoAdvertisesPublishReadonly(t *testing.T) {
+	pub, readonly := csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME, csi.ControllerServiceCapability_RPC_PUBLISH_READONLY
+	tests := []struct {
+		name     string
+		upstream []csi.ControllerServiceCapability_RPC_Type
+		publish  bool
+		want     []csi.ControllerServiceCapability_RPC_Type
+	}{
+		{"upstream honours readonly", []csi.ControllerServiceCapability_RPC_Type{pub, readonly}, true, []csi.ControllerServiceCapability_RPC_Type{pub, readonly}},
+		{"upstream without it", []csi.ControllerServiceCapability_RPC_Type{pub}, true, []csi.ControllerServiceCapability_RPC_Type{pub}},
+		{"controller publishing off", []csi.ControllerServiceCapability_RPC_Type{pub, readonly}, false, []csi.ControllerServiceCapability_RPC_Type{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeUpstream(t, withControllerCaps(tt.upstream...), withNodeCaps())
+			p := startProxy(t, withPolicy(t, config.Capabilities{}, tt.publish))
+			p.add(t, "a", conn{Endpoint: f.Endpoint})
+			if _, unconfirmed := p.Driver.RefreshCapabilities(callCtx(t)); len(unconfirmed) != 0 {
+				t.Fatalf("unconfirmed %v", unconfirmed)
+			}
+			if d := diff(tt.want, advertised(t, p).Controller); d != "" {
+				t.Errorf("controller capabilities (-want +got):\n%s", d)
+			}
+		})
+	}
+	if _, err := pcsi.ResolveCapabilities([]string{"PUBLISH_READONLY"}, nil, false); err == nil || !strings.Contains(err.Error(), "set proxy.controllerPublish: true") {
+		t.Errorf("PUBLISH_READONLY without controllerPublish: %v, want an error naming proxy.controllerPublish", err)
+	}
+	if got, err := pcsi.ResolveCapabilities([]string{"PUBLISH_READONLY"}, nil, true); err != nil || len(got.Controller) != 1 || got.Controller[0] != readonly {
+		t.Errorf("PUBLISH_READONLY with controllerPublish: %v, %v", got.Controller, err)
 	}
 }

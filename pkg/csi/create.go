@@ -14,13 +14,14 @@ import (
 // CreateVolume resolves the connection, checks topology, forwards, and wraps
 // the result. A volume the proxy cannot hand back (ID too long) is deleted
 // upstream before the error is returned, so nothing leaks.
+//
+// Like every forwarded call it checks only what the proxy itself needs:
+// the connection parameter (to route), the accessibility requirements
+// (its own topology decision) and a content source's ID (to unwrap it).
+// name and volume_capabilities are REQUIRED, but the proxy uses neither
+// (a group's choice of member depends on the terms only), so the upstream
+// judges them as it would without the proxy (docs/conformance.md).
 func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
-	}
 	c, err := d.connectionFromParameters(ctx, req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	if err := d.checkNotWidened(c, vol.GetAccessibleTopology()); err != nil {
+	if err := d.checkNotWidened(c, decision, vol.GetAccessibleTopology()); err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, widenCode, err)
 	}
 	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())

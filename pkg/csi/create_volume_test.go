@@ -58,10 +58,24 @@ func TestCreateVolumeResolvesConnection(t *testing.T) {
 			name: "broken connection file", req: createReq("pvc-1", map[string]string{"connection": "broken"}),
 			wantCode: codes.FailedPrecondition, wantMsg: []string{`"broken"`, "csi.endpoint"},
 		},
-		{name: "no name", req: createReq("", map[string]string{"connection": "a"}), wantCode: codes.InvalidArgument, wantMsg: []string{"name"}},
+		// name and volume_capabilities are the upstream's to judge; the
+		// proxy needs neither, so routing comes first and decides alone.
+		{name: "no name: the upstream judges it", req: createReq("", map[string]string{"connection": "a"}), wantOn: "a"},
 		{
-			name: "no capabilities", req: &csi.CreateVolumeRequest{Name: "pvc-1", Parameters: map[string]string{"connection": "a"}},
-			wantCode: codes.InvalidArgument, wantMsg: []string{"volume_capabilities"},
+			name: "no capabilities: the upstream judges it", req: &csi.CreateVolumeRequest{Name: "pvc-1", Parameters: map[string]string{"connection": "a"}},
+			wantOn: "a",
+		},
+		{
+			name: "nothing but the connection", req: &csi.CreateVolumeRequest{Parameters: map[string]string{"connection": "b"}},
+			wantOn: "b",
+		},
+		{
+			name: "no name, no connection: routing fails first", req: &csi.CreateVolumeRequest{Parameters: map[string]string{"other": "x"}},
+			wantCode: codes.InvalidArgument, wantMsg: []string{"parameters.connection"},
+		},
+		{
+			name: "no name, unknown connection: routing fails first", req: &csi.CreateVolumeRequest{Parameters: map[string]string{"connection": "nope"}},
+			wantCode: codes.FailedPrecondition, wantMsg: []string{`"nope"`, "nope.yaml"},
 		},
 	}
 	for _, tt := range tests {
@@ -86,7 +100,7 @@ func TestCreateVolumeResolvesConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := "v:" + tt.wantOn + "/vol-pvc-1"; resp.GetVolume().GetVolumeId() != want {
+			if want := "v:" + tt.wantOn + "/vol-" + tt.req.GetName(); resp.GetVolume().GetVolumeId() != want {
 				t.Errorf("volume_id = %q, want %q", resp.GetVolume().GetVolumeId(), want)
 			}
 			for name, f := range fakes {
@@ -99,6 +113,27 @@ func TestCreateVolumeResolvesConnection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCreateVolumeUpstreamJudgesFields: a CreateVolume without name or
+// volume_capabilities reaches the upstream as sent, and the upstream's
+// refusal comes back with its own code and message, the connection named
+// (docs/conformance.md: the proxy adds no check the upstream does not
+// make).
+func TestCreateVolumeUpstreamJudgesFields(t *testing.T) {
+	f := newFakeUpstream(t)
+	f.setErr("CreateVolume", status.Error(codes.InvalidArgument, "the upstream's own check: name missing"))
+	p := startProxy(t)
+	p.add(t, "a", conn{Endpoint: f.Endpoint})
+	_, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Parameters: map[string]string{"connection": "a"}})
+	wantCode(t, err, codes.InvalidArgument, `connection "a": the upstream's own check: name missing`)
+	reqs := f.requests("CreateVolume")
+	if len(reqs) != 1 {
+		t.Fatalf("upstream received %d CreateVolume, want 1", len(reqs))
+	}
+	if got := reqs[0].(*csi.CreateVolumeRequest); got.GetName() != "" || len(got.GetVolumeCapabilities()) != 0 {
+		t.Errorf("upstream received name %q and %d capabilities, want them empty as sent", got.GetName(), len(got.GetVolumeCapabilities()))
 	}
 }
 

@@ -188,6 +188,11 @@ func TestGroupErrors(t *testing.T) {
 		if err := create("g", nil, nil); err != nil {
 			t.Errorf("another group beside the broken one: %v", err)
 		}
+		// A file that does not load fails listings, whatever it would
+		// hold (docs/operations.md, "Listings").
+		_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+		wantCode(t, err, codes.FailedPrecondition, `ListVolumes: connection "g-broken" does not load`, "g-broken.yaml")
+		p.remove(t, "g-broken")
 	})
 	t.Run("restore from a member", func(t *testing.T) {
 		if err := create("g", strict("z2"), snapshot("s:b/snap-1")); err != nil {

@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -118,12 +119,13 @@ func (p *pager) next(tok string) error {
 // Connections that share an upstream (same endpoint or base path) are each
 // listed, so an upstream volume appears once per such connection, each time
 // under that connection's ID: a Kubernetes consumer looks a PV's handle up
-// in the list, and a PV made through any of them carries that one's ID. A
-// connection whose file does not load is logged and skipped; an upstream
-// without the capability is skipped; an upstream that fails or cannot be
-// reached fails the call with an error naming it, because a silently
-// shortened list reads as "these volumes are gone" (the external-attacher
-// re-attaches every volume it misses; docs/operations.md, "Listings").
+// in the list, and a PV made through any of them carries that one's ID. An
+// upstream without the capability is skipped, and so is a connection
+// refused for routing back to this proxy; a connection whose file does not
+// load, and an upstream that fails or cannot be reached, fail the call
+// with an error naming it, because a silently shortened list reads as
+// "these volumes are gone" (the external-attacher re-attaches every volume
+// it misses; docs/operations.md, "Listings").
 //
 // Every listing is bounded: by Options.ListTimeout as a whole, and per
 // connection by Options.MaxListPages and by a next_token repeated; each
@@ -149,12 +151,25 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 			return nil, "", status.Errorf(status.FromContextError(err).Code(), "%s stopped before connection %q: %v", method, name, err)
 		}
 		c, err := d.opts.Store.Get(ctx, name)
-		if err == nil {
-			err = d.refusedLoop(c)
-		}
 		if err != nil {
+			if d.skipInListing(name, err) {
+				d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
+				continue
+			}
+			// Its volumes cannot be listed, and a list without them
+			// reads as "these volumes are gone", as with an upstream
+			// that fails.
+			what := "does not load (fix or remove its file)"
+			if errors.Is(err, connection.ErrUnavailable) {
+				what = "cannot be reached"
+			}
+			st := status.Convert(storeError(err))
+			return nil, "", status.Errorf(st.Code(), "%s: connection %q %s, and a list without its volumes would tell the CO they are gone: %s",
+				method, name, what, st.Message())
+		}
+		if err := d.refusedLoop(c); err != nil {
 			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
-			continue
+			continue // refused by a re-check after it loaded (skipInListing)
 		}
 		hold(ctx, c)
 		if name < startConn {
@@ -202,6 +217,22 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 		}
 	}
 	return out, "", nil
+}
+
+// skipInListing reports whether a connection the store could not give
+// (err) is left out of a listing rather than failing it: its file went
+// away after the folder was read, or it is refused for routing back to
+// this proxy (at load or by a later re-check). A connection that routes
+// back has no volumes of its own (what it reaches is listed under the
+// connections that reach it directly), and listing it would recurse. Any
+// other failure may hide volumes, so it fails the listing.
+func (d *Driver) skipInListing(name string, err error) bool {
+	if errors.Is(err, connection.ErrNotFound) {
+		return true
+	}
+	// Refused when it loaded: the guard's Check failed, which the store
+	// reports as a file that does not load; the guard remembers it.
+	return errors.Is(err, connection.ErrBroken) && d.opts.SelfGuard != nil && d.opts.SelfGuard.Refused(name) != nil
 }
 
 // ListVolumes lists every connection's volumes with proxy IDs and the

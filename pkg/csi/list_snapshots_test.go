@@ -196,3 +196,54 @@ func TestListSnapshotsFilterRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestListSnapshotsSharedEndpoint: two connections to one upstream list
+// its snapshots under each of them, both IDs of every entry under that
+// connection's name (a VolumeSnapshotContent made through either carries
+// that one's ID), on every page size; a filter by a snapshot of one of
+// them asks only the upstream and answers under that connection.
+func TestListSnapshotsSharedEndpoint(t *testing.T) {
+	want := []*csi.ListSnapshotsResponse_Entry{
+		snapshotEntry("x", "s1", "v1"), snapshotEntry("x", "s2", "v2"),
+		snapshotEntry("y", "o1", "w1"),
+		snapshotEntry("z", "s1", "v1"), snapshotEntry("z", "s2", "v2"),
+	}
+	for _, max := range []int32{0, 1, 2, 3} {
+		t.Run(fmt.Sprintf("max_entries=%d", max), func(t *testing.T) {
+			shared := newFakeUpstream(t, withControllerCaps(listCaps...), withSnapshots("s1", "v1", "s2", "v2"))
+			other := newFakeUpstream(t, withControllerCaps(listCaps...), withSnapshots("o1", "w1"))
+			p := startProxy(t)
+			p.add(t, "x", conn{Endpoint: shared.Endpoint})
+			p.add(t, "y", conn{Endpoint: other.Endpoint})
+			p.add(t, "z", conn{Endpoint: shared.Endpoint, Topology: zoneEntries("z1")})
+			var got []*csi.ListSnapshotsResponse_Entry
+			token := ""
+			for pages := 1; ; pages++ {
+				if pages > 20 {
+					t.Fatalf("more than 20 pages; the token does not advance (last %q)", token)
+				}
+				resp, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{MaxEntries: max, StartingToken: token})
+				if err != nil {
+					t.Fatalf("page %d: %v", pages, err)
+				}
+				if max > 0 && len(resp.GetEntries()) > int(max) {
+					t.Errorf("page %d has %d entries", pages, len(resp.GetEntries()))
+				}
+				got = append(got, resp.GetEntries()...)
+				if token = resp.GetNextToken(); token == "" {
+					break
+				}
+			}
+			if d := diff(want, got); d != "" {
+				t.Errorf("entries (-want +got):\n%s", d)
+			}
+			resp, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SnapshotId: "s:z/s2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diff([]*csi.ListSnapshotsResponse_Entry{snapshotEntry("z", "s2", "v2")}, resp.GetEntries()); d != "" {
+				t.Errorf("filtered by s:z/s2 (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -9,39 +9,61 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 // typeNode is the node topology type under which a connection without
-// topology pins every volume to the node that asked for it, so an
-// upstream's own topology is never widened there.
+// topology pins a volume to the node the CO asked for, when it asked for
+// one.
 const typeNode = "node"
 
 // errWidens says why a created volume cannot be handed back: the upstream
 // answered accessible_topology (its volume is not reachable everywhere),
 // and the connection declares no topology, so the proxy would report it
-// reachable from every node (SPEC §8: topology is never widened). The
-// upstream's keys cannot be passed on (kubelet registers only the proxy's
-// keys as node labels), so the admin must declare where the storage is.
+// reachable from more nodes than the upstream does (SPEC §8: topology is
+// never widened). The upstream's keys cannot be passed on (kubelet
+// registers only the proxy's keys as node labels), so the admin must
+// declare where the storage is.
 type errWidens struct {
 	connection, file string
 	upstream         []*csi.Topology
+	// nodeKey is set under the node topology type: the request named no
+	// node to pin the volume to, which is why it would be widened.
+	nodeKey string
 }
 
 func (e errWidens) Error() string {
-	return fmt.Sprintf("the upstream answered accessible_topology %s (its volume is not reachable from every node), but the connection declares no proxy.perDriver.topology, so the proxy would report it reachable everywhere; declare where this storage is reachable in proxy.perDriver.topology of %s (requirements with this proxy's node topology keys)",
-		formatTopologies(e.upstream), e.file)
+	why := "so the proxy would report it reachable everywhere"
+	if e.nodeKey != "" {
+		why = fmt.Sprintf("and the request's accessibility_requirements name no node (%s) to pin it to, so the proxy would report it reachable beyond the upstream's topology", e.nodeKey)
+	}
+	return fmt.Sprintf("the upstream answered accessible_topology %s (its volume is not reachable from every node), but the connection declares no proxy.perDriver.topology, %s; declare where this storage is reachable in proxy.perDriver.topology of %s (requirements with this proxy's node topology keys)",
+		formatTopologies(e.upstream), why, e.file)
 }
 
 // checkNotWidened returns errWidens when handing back a volume whose
-// upstream answered topology would widen it: the connection declares no
-// topology and the node topology type is not node (which pins such
-// volumes to a node anyway).
-func (d *Driver) checkNotWidened(c *connection.Connection, upstream []*csi.Topology) error {
-	if len(upstream) == 0 || len(c.Config.Proxy.PerDriver.Topology) > 0 || d.opts.Topology.Type == typeNode {
+// upstream answered topology, with decision as its accessible_topology,
+// would widen it. It would not when the connection declares topology (the
+// admin said where the storage is), or when, under the node topology type,
+// decision pins the volume to the node the CO asked for (a node is no
+// wider than any topology the upstream can answer). Any other decision of
+// a connection without topology is everywhere, or the terms of a request
+// that knows nothing of the upstream's topology: wider. (Node-local
+// connections are the built-in local-hostpath, which answers no topology;
+// the proxy pins their volumes itself.)
+func (d *Driver) checkNotWidened(c *connection.Connection, decision accessible.Decision, upstream []*csi.Topology) error {
+	if len(upstream) == 0 || len(c.Config.Proxy.PerDriver.Topology) > 0 {
 		return nil
 	}
-	return errWidens{connection: c.Name, file: c.File, upstream: upstream}
+	err := errWidens{connection: c.Name, file: c.File, upstream: upstream}
+	if d.opts.Topology.Type == typeNode {
+		err.nodeKey = d.opts.Topology.NodeKey()
+		if decision.Constrains(err.nodeKey) {
+			return nil
+		}
+	}
+	return err
 }
 
 // widenCode is the status of a create refused by checkNotWidened: the

@@ -15,15 +15,20 @@ import (
 // accessible_topology says its volume is not reachable everywhere. Behind
 // a connection without topology (type zone or cluster) the volume is
 // deleted again and CreateVolume fails with FAILED_PRECONDITION naming the
-// connection, the upstream's segments and what to declare; with topology
-// declared, or under type node, the proxy's own topology is returned and
-// the upstream's keys never reach the CO.
+// connection, the upstream's segments and what to declare. Under type node
+// the same happens unless the request names a node to pin the volume to:
+// without requirements, or with terms that name no node, the volume would
+// be reported reachable everywhere (or from a whole zone the upstream
+// knows nothing of). With topology declared the proxy's own topology is
+// returned; the upstream's keys never reach the CO.
 func TestUpstreamTopologyNeverWidened(t *testing.T) {
 	zone1 := []accessible.Entry{{Requirements: map[string]string{"zone": "z1"}}}
+	nodeKey := testPrefix + "/node"
 	tests := []struct {
 		name       string
 		entries    []accessible.Entry
 		typ        string
+		req        *csi.TopologyRequirement
 		upstream   []*csi.Topology
 		deleteErr  error
 		wantCode   codes.Code
@@ -47,7 +52,27 @@ func TestUpstreamTopologyNeverWidened(t *testing.T) {
 			name: "topology declared: the proxy's own is returned", entries: zone1, upstream: upstreamTopology,
 			wantTopo: []*csi.Topology{topo(testPrefix+"/zone", "z1")},
 		},
-		{name: "type node pins it anyway", typ: "node", upstream: upstreamTopology},
+		{
+			name: "type node, no requirements: nothing to pin to", typ: "node", upstream: upstreamTopology,
+			wantCode: codes.FailedPrecondition, wantDelete: true,
+			wantMsg: []string{`connection "a"`, "upstream answered accessible_topology [{upstream.example.com/rack=r7}]",
+				"name no node (" + nodeKey + ")", "a.yaml", "the upstream object was deleted"},
+		},
+		{
+			name: "type node, terms name no node: nothing to pin to", typ: "node", upstream: upstreamTopology,
+			req:      &csi.TopologyRequirement{Requisite: []*csi.Topology{topo(testPrefix+"/zone", "z1")}},
+			wantCode: codes.FailedPrecondition, wantDelete: true,
+			wantMsg: []string{"upstream.example.com/rack=r7", "name no node (" + nodeKey + ")", "a.yaml"},
+		},
+		{
+			name: "type node, a node asked for: pinned to it", typ: "node", upstream: upstreamTopology,
+			req: &csi.TopologyRequirement{
+				Requisite: []*csi.Topology{topo(nodeKey, "n1"), topo(nodeKey, "n2")},
+				Preferred: []*csi.Topology{topo(nodeKey, "n2"), topo(nodeKey, "n1")},
+			},
+			wantTopo: []*csi.Topology{topo(nodeKey, "n2")},
+		},
+		{name: "type node, upstream answers none: everywhere", typ: "node"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,21 +87,15 @@ func TestUpstreamTopologyNeverWidened(t *testing.T) {
 			}
 			p := startProxy(t, opt)
 			p.add(t, "a", conn{Endpoint: f.Endpoint, Topology: tt.entries})
-			resp, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "a"}))
+			req := createReq("pvc-1", map[string]string{"connection": "a"})
+			req.AccessibilityRequirements = tt.req
+			resp, err := p.Controller.CreateVolume(callCtx(t), req)
 			if tt.wantCode != codes.OK {
 				wantCode(t, err, tt.wantCode, tt.wantMsg...)
 			} else if err != nil {
 				t.Fatal(err)
-			} else if tt.typ == "" {
-				if d := diff(tt.wantTopo, resp.GetVolume().GetAccessibleTopology()); d != "" {
-					t.Errorf("accessible_topology (-want +got):\n%s", d)
-				}
-			} else {
-				for _, tp := range resp.GetVolume().GetAccessibleTopology() {
-					if _, ok := tp.GetSegments()["upstream.example.com/rack"]; ok {
-						t.Errorf("an upstream key reached the CO: %v", tp)
-					}
-				}
+			} else if d := diff(tt.wantTopo, resp.GetVolume().GetAccessibleTopology()); d != "" {
+				t.Errorf("accessible_topology (-want +got):\n%s", d)
 			}
 			deletes := f.requests("DeleteVolume")
 			if tt.wantDelete {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -126,6 +127,13 @@ func democraticConfig(t *testing.T, src, mode string) sanity.TestConfig {
 	// democratic-csi's CI sizes.
 	cfg.TestVolumeSize = 1 << 30
 	cfg.TestVolumeExpandSize = 2 << 30
+	// local-hostpath answers every volume's accessible_topology (its
+	// node), and the proxy keeps it under type node only for a volume
+	// pinned to a node the request names: creates carry the node's
+	// topology, as the external-provisioner's do. democratic-csi reads no
+	// accessibility_requirements (src/driver/controller-client-common
+	// @8a4a28a), so the direct run is unchanged by them.
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(provisionerRequirements))
 	ids := democraticIDs{}
 	if mode == "direct" {
 		cfg.Address = "unix://" + sock

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/internal/testupstream"
@@ -51,9 +52,12 @@ func TestSanityMatrix(t *testing.T) {
 		os.Setenv(matrixBinEnv, bin)
 	}
 	results := make([][2]*sanityResult, len(matrixRows))
+	// selected[i] is set when -run selects row i; only those must report.
+	selected := make([]bool, len(matrixRows))
 	t.Run("rows", func(t *testing.T) {
 		for i, row := range matrixRows {
 			t.Run(row.name, func(t *testing.T) {
+				selected[i] = true
 				for m, mode := range []string{"direct", "proxy"} {
 					t.Run(mode, func(t *testing.T) {
 						t.Parallel()
@@ -68,25 +72,28 @@ func TestSanityMatrix(t *testing.T) {
 	}
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "row\tdirect p/f/s\tproxy p/f/s\tadded by the proxy\tby design\tknown bugs\tstands for")
+	fmt.Fprintln(tw, "row\tdirect p/f/s\tproxy p/f/s\tadded by the proxy\tby design\tskipped by design\tstands for")
 	for i, row := range matrixRows {
 		direct, proxy := results[i][0], results[i][1]
+		if !selected[i] {
+			fmt.Fprintf(tw, "%s\tnot selected\tnot selected\t-\t-\t-\t%s\n", row.name, shortStandsFor(row))
+			continue
+		}
 		if direct == nil || proxy == nil {
+			// A child that skipped or broke: a row that did not run
+			// proves nothing, so it must not read as a pass.
+			t.Errorf("matrix %s: did not run (direct: %s, proxy: %s); see the row's subtests", row.name, counts(direct), counts(proxy))
 			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\n", row.name, counts(direct), counts(proxy), shortStandsFor(row))
 			continue
 		}
 		c := compareResults(t, row, direct, proxy, true)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.name, counts(direct), counts(proxy), c.added,
-			c.byDesign, c.knownBugs, shortStandsFor(row))
+			c.byDesign, c.skipped, shortStandsFor(row))
 	}
 	tw.Flush()
-	for _, row := range matrixRows {
-		for _, b := range row.knownBugs {
-			fmt.Fprintf(&table, "known proxy bug, %s: %q: %s\n", row.name, b.Spec, b.Reason)
-		}
-	}
 	head := fmt.Sprintf("sanity conformance matrix (csi-sanity %s; p/f/s = passed/failed/skipped specs; failing through "+
-		"the proxy, not directly: added by the proxy (fails the test), by design (SPEC.md), known bugs (listed in the log)):", csiTestVersion)
+		"the proxy, not directly: added by the proxy (fails the test), by design (SPEC.md); passing directly, skipped "+
+		"through the proxy: skipped by design (declared in the row; any other fails the test)):", csiTestVersion)
 	t.Log(head + "\n" + table.String())
 	summary(t, head+"\n"+strings.TrimRight(table.String(), "\n"))
 }
@@ -112,14 +119,16 @@ func shortStandsFor(row matrixRow) string {
 }
 
 // proxyFailures counts the specs that fail through the proxy and not
-// directly, by kind.
-type proxyFailures struct{ added, byDesign, knownBugs int }
+// directly (added, byDesign), and those that pass directly and are
+// skipped through the proxy as the row declares (skipped).
+type proxyFailures struct{ added, byDesign, skipped int }
 
 // compareResults fails t for every failure the proxy adds to the
-// driver's own and logs the specs that run directly but are skipped
-// through the proxy. With strictUpstream it also checks that the driver's
-// own failures are exactly the ones the row declares (a test driver that
-// fails something else is broken).
+// driver's own, for every spec that passes directly and is skipped
+// through the proxy without the row declaring it, and for every
+// declaration of the row that did not happen. With strictUpstream it also
+// checks that the driver's own failures are exactly the ones the row
+// declares (a test driver that fails something else is broken).
 func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, strictUpstream bool) proxyFailures {
 	t.Helper()
 	declared := func(list []SkipSpec, spec string) bool {
@@ -150,23 +159,31 @@ func compareResults(t *testing.T, row matrixRow, direct, proxy *sanityResult, st
 			c.byDesign++
 			continue
 		}
-		i = slices.IndexFunc(row.knownBugs, func(d deviation) bool { return strings.Contains(spec, d.Spec) })
-		if i >= 0 && strings.Contains(msg, row.knownBugs[i].message) {
-			t.Logf("matrix %s: KNOWN PROXY BUG: %q fails through the proxy: %s: %s", row.name, spec, row.knownBugs[i].Reason, firstLine(msg))
-			c.knownBugs++
-			continue
-		}
 		c.added++
 		t.Errorf("%s: the proxy adds a failure (directly: %s): %s: %s", row.name, orNone(direct.States[spec]), spec, firstLine(msg))
 	}
-	for _, d := range append(slices.Clip(row.proxyDeviations), row.knownBugs...) {
+	for _, d := range row.proxyDeviations {
 		if !slices.ContainsFunc(sortedKeys(proxy.Failures), func(spec string) bool { return strings.Contains(spec, d.Spec) }) {
 			t.Errorf("matrix %s: the row expects %q to fail through the proxy (%s), but it did not: remove it from the row", row.name, d.Spec, d.Reason)
 		}
 	}
+	hidden := func(spec string) bool { return direct.States[spec] == "passed" && proxy.States[spec] == "skipped" }
 	for _, spec := range sortedKeys(direct.States) {
-		if direct.States[spec] == "passed" && proxy.States[spec] == "skipped" {
-			t.Logf("matrix %s: passes directly, skipped through the proxy: %s (%s)", row.name, spec, proxy.SkipReasons[spec])
+		if !hidden(spec) {
+			continue
+		}
+		if i := slices.IndexFunc(row.proxySkips, func(s SkipSpec) bool { return strings.Contains(spec, s.Spec) }); i >= 0 {
+			t.Logf("matrix %s: passes directly, skipped through the proxy by design: %s: %s", row.name, spec, row.proxySkips[i].Reason)
+			c.skipped++
+			continue
+		}
+		t.Errorf("matrix %s: passes directly but is skipped through the proxy, and the row does not declare why: %s (%s)",
+			row.name, spec, proxy.SkipReasons[spec])
+	}
+	for _, d := range row.proxySkips {
+		if !slices.ContainsFunc(sortedKeys(direct.States), func(spec string) bool { return hidden(spec) && strings.Contains(spec, d.Spec) }) {
+			t.Errorf("matrix %s: the row expects %q to pass directly and be skipped through the proxy (%s), but it was not: remove it from the row",
+				row.name, d.Spec, d.Reason)
 		}
 	}
 	return c
@@ -210,6 +227,9 @@ func matrixConfig(t *testing.T, row matrixRow, mode string) sanity.TestConfig {
 	cfg.TestVolumeSize = 64 << 20
 	cfg.TestVolumeExpandSize = 128 << 20
 	ids := matrixIDs{profile: row.profile}
+	if row.provisionerRequirements {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(provisionerRequirements))
+	}
 	if mode == "direct" {
 		cfg.Address = up.Endpoint
 		cfg.IDGen = ids

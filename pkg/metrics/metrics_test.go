@@ -161,8 +161,10 @@ func TestScrapeAfterScriptedCalls(t *testing.T) {
 	_, err = create("pvc-d", nil)
 	wantCode(t, "CreateVolume without connection", err, codes.InvalidArgument)
 
+	// A file that does not load fails the listing (a list without its
+	// volumes would read as "gone" to the CO; docs/operations.md).
 	_, err = p.controller.ListVolumes(ctx, &csi.ListVolumesRequest{})
-	wantCode(t, "ListVolumes", err, codes.OK)
+	wantCode(t, "ListVolumes with a broken file", err, codes.FailedPrecondition)
 
 	// A changed file is reloaded on the next call.
 	p.write(t, "local", localYAML+"# edited\n")
@@ -184,7 +186,7 @@ func TestScrapeAfterScriptedCalls(t *testing.T) {
 # HELP proxy_topology_csi_requests_total CSI calls served, by method, connection ("" when the call names none) and gRPC code.
 # TYPE proxy_topology_csi_requests_total counter
 proxy_topology_csi_requests_total{code="OK",connection="",method="DeleteVolume"} 1
-proxy_topology_csi_requests_total{code="OK",connection="",method="ListVolumes"} 1
+proxy_topology_csi_requests_total{code="FailedPrecondition",connection="",method="ListVolumes"} 1
 proxy_topology_csi_requests_total{code="OK",connection="",method="Probe"} 2
 proxy_topology_csi_requests_total{code="InvalidArgument",connection="",method="CreateVolume"} 1
 proxy_topology_csi_requests_total{code="FailedPrecondition",connection="(unknown)",method="CreateVolume"} 1
@@ -203,7 +205,6 @@ proxy_topology_csi_requests_total{code="OK",connection="local",method="DeleteVol
 proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="ControllerGetCapabilities"} 1
 proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="CreateVolume"} 1
 proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="DeleteVolume"} 1
-proxy_topology_upstream_requests_total{code="OK",connection="local",endpoint="`+endpoint+`",method="ListVolumes"} 1
 `, "proxy_topology_upstream_requests_total")
 
 	// ListVolumes loads every file once (broken fails, and the failure is

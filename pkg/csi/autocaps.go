@@ -241,6 +241,9 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 	next := p.Aggregate(ups)
 	prev := d.Capabilities()
 	d.caps.Store(&next)
+	if t := d.opts.Accepted; t != nil {
+		t.Advertise(next)
+	}
 	for _, u := range unconfirmed {
 		d.log.WarnContext(ctx, "capabilities: connection could not be asked; it adds nothing to what is advertised until it answers",
 			"connection", u.Connection, "error", u.Err)
@@ -256,7 +259,7 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		d.log.InfoContext(ctx, "advertised capabilities (proxy.capabilities: auto)", "controller", typeNames(next.Controller),
 			"node", typeNames(next.Node), "volume_expansion", next.Expansion.String(), "upstreams_asked", len(ups), "unconfirmed", len(unconfirmed))
 	case len(added) > 0:
-		d.grew(ctx, added, removed)
+		d.grew(ctx, next, added, removed)
 	case len(removed) > 0:
 		d.log.WarnContext(ctx, "advertised capabilities shrank; sidecars started earlier still use the old set, and their calls for what was removed fail per connection",
 			"removed", strings.Join(removed, ","))

@@ -93,10 +93,13 @@ func (p *trackedProxy) dropped(wait time.Duration) bool {
 
 // TestGrowthClosesClientConnections: when what the proxy advertises grows
 // after Probe reported ready, the proxy closes the connections its CSI
-// socket accepted (the sidecars exit on connection loss and are
-// restarted, reading the new set), with one warning; new connections are
-// accepted as usual. A refresh that changes nothing or shrinks the set,
-// or growth before Probe reported ready, closes nothing.
+// socket accepted that were told less (the sidecars exit on connection
+// loss and are restarted, reading the new set), with one warning; new
+// connections are accepted as usual. A refresh that changes nothing or
+// shrinks the set, growth before Probe reported ready, and growth back to
+// what a connection was told (a file broken for a moment while edited)
+// close nothing; a sidecar that connected while the set was smaller is
+// closed when it grows.
 func TestGrowthClosesClientConnections(t *testing.T) {
 	snap := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT), withNodeCaps())
 	vol := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), withNodeCaps())
@@ -121,7 +124,8 @@ func TestGrowthClosesClientConnections(t *testing.T) {
 		{"unchanged", func() {}, false},
 		{"grows", func() { p.add(t, "vol", conn{Endpoint: vol.Endpoint}) }, true},
 		{"shrinks", func() { p.remove(t, "vol") }, false},
-		{"grows again", func() { p.add(t, "vol", conn{Endpoint: vol.Endpoint}) }, true},
+		// The connection was accepted while vol was advertised.
+		{"grows back to what it was told", func() { p.add(t, "vol", conn{Endpoint: vol.Endpoint}) }, false},
 	}
 	for _, s := range steps {
 		p.connect(t)
@@ -135,10 +139,31 @@ func TestGrowthClosesClientConnections(t *testing.T) {
 			t.Errorf("%s: connection closed = %t, want %t", s.name, got, s.closed)
 		}
 	}
-	// The client reconnects, as a restarted sidecar would.
+	// A sidecar that starts while vol is gone is told less, and is closed
+	// when vol comes back; the first client, told vol, is not.
+	p.remove(t, "vol")
+	p.Driver.RefreshCapabilities(callCtx(t))
 	p.connect(t)
+	late, err := grpc.NewClient(p.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	if _, err := csi.NewIdentityClient(late).Probe(callCtx(t), &csi.ProbeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	p.add(t, "vol", conn{Endpoint: vol.Endpoint})
+	p.Driver.RefreshCapabilities(callCtx(t))
+	lateCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !late.WaitForStateChange(lateCtx, connectivity.Ready) {
+		t.Error("the sidecar that connected while vol was gone was not closed when vol came back")
+	}
+	if p.dropped(300 * time.Millisecond) {
+		t.Error("the client told vol was closed when vol came back")
+	}
 	if got := strings.Count(p.Logs.String(), closedMsg); got != 2 {
-		t.Errorf("%d warnings that connections were closed, want 2 (one per growth):\n%s", got, p.Logs.String())
+		t.Errorf("%d warnings that connections were closed, want 2 (one per growth past what a connection was told):\n%s", got, p.Logs.String())
 	}
 }
 

@@ -122,15 +122,20 @@ func (d *Driver) confirm() { d.confirmOnce.Do(func() { close(d.confirmed) }) }
 // Before Probe reported ready no sidecar has read the set, so it is only
 // noted; after, the CSI socket's client connections are closed so that the
 // sidecars restart and read it.
-func (d *Driver) grew(ctx context.Context, added, removed []string) {
+func (d *Driver) grew(ctx context.Context, next Capabilities, added, removed []string) {
 	if !d.ready.Load() {
 		d.log.InfoContext(ctx, "advertised capabilities grew before Probe reported ready; the sidecars read them once it does",
 			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))
 		return
 	}
 	if t := d.opts.Accepted; t != nil {
-		n := t.CloseAll()
-		d.log.WarnContext(ctx, "advertised capabilities grew; closed the CSI socket's client connections so that the sidecars (external-provisioner, -attacher, -resizer, -snapshotter), which read capabilities once, exit at their next call, are restarted by kubelet and read the new set",
+		n := t.CloseLacking(next)
+		if n == 0 {
+			d.log.InfoContext(ctx, "advertised capabilities grew back to what every open CSI connection was told; nothing to restart",
+				"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))
+			return
+		}
+		d.log.WarnContext(ctx, "advertised capabilities grew; closed the CSI socket's client connections that were told less, so that the sidecars (external-provisioner, -attacher, -resizer, -snapshotter), which read capabilities once, exit at their next call, are restarted by kubelet and read the new set",
 			"added", strings.Join(added, ","), "removed", strings.Join(removed, ","), "connections_closed", n)
 		return
 	}

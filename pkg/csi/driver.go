@@ -204,8 +204,17 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// SetReady makes Probe report ready.
-func (d *Driver) SetReady(ready bool) { d.ready.Store(ready) }
+// SetReady makes Probe report ready. The sidecars that waited for it read
+// the capabilities now, so every open CSI connection counts as told them
+// (ConnTracker).
+func (d *Driver) SetReady(ready bool) {
+	if ready && !d.ready.Load() {
+		if t := d.opts.Accepted; t != nil {
+			t.TellAll(d.Capabilities())
+		}
+	}
+	d.ready.Store(ready)
+}
 
 // Register adds the services of the driver's mode to s.
 func (d *Driver) Register(s *grpc.Server) {

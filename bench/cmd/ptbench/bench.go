@@ -331,9 +331,15 @@ func writeHostpathDirect(dir string) (string, error) {
 
 // writeHostpathProxy writes a main config of driver proxy with one
 // local-hostpath connection, hostpathConn, with its volumes under dir/data.
+// The connection declares where it is reachable (zone1, as the burst's
+// requests ask): a base path on shared storage. Without topology it would
+// be node-local (SPEC §12), pinned to this controller's node, and a
+// request for zone1 would be refused as RESOURCE_EXHAUSTED; the burst
+// measures the proxy's cost, not that rule.
 func writeHostpathProxy(dir string) (string, error) {
 	folder := filepath.Join(dir, "connections")
-	conn := fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", filepath.Join(dir, "data"))
+	conn := fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: %s}\n",
+		filepath.Join(dir, "data"), zone)
 	if err := writeFile(filepath.Join(folder, hostpathConn+".yaml"), conn); err != nil {
 		return "", err
 	}

@@ -316,9 +316,23 @@ var rwCap = []*csi.VolumeCapability{{
 	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 }}
 
+// rwNodeTerm is what the external-provisioner sends in strict mode for a
+// pod placed on bench-node, whose proxies report <prefix>/node.
+var rwNodeTerm = &csi.TopologyRequirement{
+	Requisite: []*csi.Topology{{Segments: map[string]string{prefix + "/node": "bench-node"}}},
+	Preferred: []*csi.Topology{{Segments: map[string]string{prefix + "/node": "bench-node"}}},
+}
+
 // realPair creates a volume and deletes it again, both on p: the request
-// of an Immediate class (no topology), with the parameters the
-// external-provisioner adds. Names are distinct per path and concurrency.
+// of a WaitForFirstConsumer class in strict-topology mode, as
+// docs/kubernetes.md recommends for node-local storage (requisite =
+// preferred = the selected node, bench-node, the node every path runs
+// on), with the parameters the external-provisioner adds. The proxies pin
+// the volume to that node; the drivers served directly ignore the terms.
+// (A request with no topology, an Immediate class's, is refused by the
+// proxy in front of democratic-csi: its answer names a node the request
+// does not, and the proxy never widens it; SPEC §8.) Names are distinct
+// per path and concurrency.
 func realPair(c *burstCounter, p *proc, path string, conc int) load.Call {
 	client := csi.NewControllerClient(p.conn)
 	return func(ctx context.Context, i int) error {
@@ -333,6 +347,7 @@ func realPair(c *burstCounter, p *proc, path string, conc int) load.Call {
 				"csi.storage.k8s.io/pvc/namespace": "default",
 				"csi.storage.k8s.io/pv/name":       name,
 			},
+			AccessibilityRequirements: rwNodeTerm,
 		})
 		if ctx.Err() != nil {
 			return ctx.Err()

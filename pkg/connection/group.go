@@ -50,7 +50,7 @@ func newGroup(name, file string, data []byte) (*Connection, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
 	c.refs.Store(1) // the caller's

@@ -25,15 +25,15 @@ func Inspect(src Source, name string, opts accessible.Options) (*Connection, err
 	data, err := src.Read(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, file)
+		return nil, noFile(name, file)
 	case err != nil:
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	case config.IsGroupFile(data):
 		return newGroup(name, file, data)
 	}
 	cfg, _, err := config.ParseConnection(file, data, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: cfg}
 	c.refs.Store(1)

@@ -220,9 +220,9 @@ func (s *Store) get(ctx context.Context, name string) (*Connection, error) {
 	if err != nil {
 		s.forget(name, nil)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
+			return nil, noFile(name, s.src.Describe(name))
 		}
-		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		err = broken(name, err)
 		s.loaded(name, false, err)
 		return nil, err
 	}
@@ -253,10 +253,10 @@ func (s *Store) get(ctx context.Context, name string) (*Connection, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		s.forget(name, nil)
-		return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
+		return nil, noFile(name, s.src.Describe(name))
 	case err != nil:
 		data = nil
-		err = fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		err = broken(name, err)
 		s.loaded(name, reload, err)
 	case cached && prev.read && s.sameContent(prev, ver, data) && (prev.conn == nil || prev.conn.tryAcquire()):
 		// Same content: keep the connection, or the error of this very
@@ -437,7 +437,7 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Sur
 		if !quiet {
 			s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
 		}
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: cfg}
 	c.refs.Store(1) // the caller's
@@ -488,13 +488,13 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Sur
 			}
 			return nil, fmt.Errorf("%w: connection %q (endpoint %s): %s: %w", ErrUnavailable, name, target, why, err)
 		}
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	if s.opts.Check != nil && cfg.Driver == config.DriverCSI && !quiet {
 		if err := s.opts.Check(bctx, c); err != nil {
 			c.Release()
 			s.opts.Log.Error("connection refused", "connection", name, "error", err)
-			return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+			return nil, broken(name, err)
 		}
 	}
 	if !quiet {
@@ -523,3 +523,15 @@ func (s *Store) localOptions(cfg *config.Connection) hostpath.Options {
 
 // List returns the names of all connections in the source, sorted.
 func (s *Store) List() ([]string, error) { return s.src.List() }
+
+// noFile is the error of a connection whose file does not exist: Get,
+// Survey.Look and Inspect say the same.
+func noFile(name, file string) error {
+	return fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, file)
+}
+
+// broken is the error of a connection whose file cannot be read or does
+// not load, naming it.
+func broken(name string, err error) error {
+	return fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+}

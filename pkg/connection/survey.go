@@ -55,9 +55,9 @@ func (v *Survey) Look(ctx context.Context, name string) (*Connection, error) {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.forget(name, nil)
-			return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
+			return nil, noFile(name, s.src.Describe(name))
 		}
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	// A survey sweeps like a Get, so the connections of an idle proxy
 	// expire (and release their clients) within a refresh of their time.
@@ -69,9 +69,9 @@ func (v *Survey) Look(ctx context.Context, name string) (*Connection, error) {
 	data, err := s.src.Read(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, s.src.Describe(name))
+		return nil, noFile(name, s.src.Describe(name))
 	case err != nil:
-		return nil, fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
+		return nil, broken(name, err)
 	}
 	// A version that cannot be trusted (changed too recently to tell) is
 	// the cached connection still if the content is the same.

@@ -128,15 +128,7 @@ func (cc *capCache) reset() {
 // only used on a miss.
 func (c *Client) HasController(ctx context.Context, capability csi.ControllerServiceCapability_RPC_Type) (bool, error) {
 	caps, err := discover(&c.caps, &c.caps.controller, func() ([]csi.ControllerServiceCapability_RPC_Type, error) {
-		resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
-		if err != nil {
-			return nil, err
-		}
-		var out []csi.ControllerServiceCapability_RPC_Type
-		for _, x := range resp.GetCapabilities() {
-			out = append(out, x.GetRpc().GetType())
-		}
-		return out, nil
+		return c.askController(ctx)
 	})
 	return caps[capability], err
 }
@@ -144,15 +136,7 @@ func (c *Client) HasController(ctx context.Context, capability csi.ControllerSer
 // HasNode is HasController for node capabilities.
 func (c *Client) HasNode(ctx context.Context, capability csi.NodeServiceCapability_RPC_Type) (bool, error) {
 	caps, err := discover(&c.caps, &c.caps.node, func() ([]csi.NodeServiceCapability_RPC_Type, error) {
-		resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
-		if err != nil {
-			return nil, err
-		}
-		var out []csi.NodeServiceCapability_RPC_Type
-		for _, x := range resp.GetCapabilities() {
-			out = append(out, x.GetRpc().GetType())
-		}
-		return out, nil
+		return c.askNode(ctx)
 	})
 	return caps[capability], err
 }
@@ -164,31 +148,42 @@ func (c *Client) HasNode(ctx context.Context, capability csi.NodeServiceCapabili
 // node-only driver included) leaves the cache as it was.
 func (c *Client) RefreshController(ctx context.Context) ([]csi.ControllerServiceCapability_RPC_Type, error) {
 	return refresh(&c.caps, &c.caps.controller, func() ([]csi.ControllerServiceCapability_RPC_Type, error) {
-		resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
-		if err != nil {
-			return nil, err
-		}
-		out := make([]csi.ControllerServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
-		for _, x := range resp.GetCapabilities() {
-			out = append(out, x.GetRpc().GetType())
-		}
-		return out, nil
+		return c.askController(ctx)
 	})
 }
 
 // RefreshNode is RefreshController for node capabilities.
 func (c *Client) RefreshNode(ctx context.Context) ([]csi.NodeServiceCapability_RPC_Type, error) {
 	return refresh(&c.caps, &c.caps.node, func() ([]csi.NodeServiceCapability_RPC_Type, error) {
-		resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
-		if err != nil {
-			return nil, err
-		}
-		out := make([]csi.NodeServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
-		for _, x := range resp.GetCapabilities() {
-			out = append(out, x.GetRpc().GetType())
-		}
-		return out, nil
+		return c.askNode(ctx)
 	})
+}
+
+// askController asks the upstream for its controller capabilities, in its
+// order.
+func (c *Client) askController(ctx context.Context) ([]csi.ControllerServiceCapability_RPC_Type, error) {
+	resp, err := c.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]csi.ControllerServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
+	for _, x := range resp.GetCapabilities() {
+		out = append(out, x.GetRpc().GetType())
+	}
+	return out, nil
+}
+
+// askNode is askController for node capabilities.
+func (c *Client) askNode(ctx context.Context) ([]csi.NodeServiceCapability_RPC_Type, error) {
+	resp, err := c.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]csi.NodeServiceCapability_RPC_Type, 0, len(resp.GetCapabilities()))
+	for _, x := range resp.GetCapabilities() {
+		out = append(out, x.GetRpc().GetType())
+	}
+	return out, nil
 }
 
 // refresh asks the upstream with ask and stores the answer in *cache,
@@ -198,9 +193,17 @@ func refresh[T comparable](cc *capCache, cache *map[T]bool, ask func() ([]T, err
 	cc.mu.Lock()
 	gen := cc.gen
 	cc.mu.Unlock()
+	types, _, err := askAndStore(cc, cache, gen, ask)
+	return types, err
+}
+
+// askAndStore asks with ask and stores the answer as a set in *cache,
+// unless the client reconnected since gen was read (the answer may be the
+// previous process's). No lock is held while asking.
+func askAndStore[T comparable](cc *capCache, cache *map[T]bool, gen uint64, ask func() ([]T, error)) ([]T, map[T]bool, error) {
 	types, err := ask()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	caps := make(map[T]bool, len(types))
 	for _, t := range types {
@@ -211,7 +214,7 @@ func refresh[T comparable](cc *capCache, cache *map[T]bool, ask func() ([]T, err
 		*cache = caps
 	}
 	cc.mu.Unlock()
-	return types, nil
+	return types, caps, nil
 }
 
 // discover returns the capability set cached in *cache, asking the upstream
@@ -225,20 +228,8 @@ func discover[T comparable](cc *capCache, cache *map[T]bool, ask func() ([]T, er
 	if caps != nil {
 		return caps, nil
 	}
-	types, err := ask()
-	if err != nil {
-		return nil, err
-	}
-	caps = make(map[T]bool, len(types))
-	for _, t := range types {
-		caps[t] = true
-	}
-	cc.mu.Lock()
-	if cc.gen == gen {
-		*cache = caps
-	}
-	cc.mu.Unlock()
-	return caps, nil
+	_, caps, err := askAndStore(cc, cache, gen, ask)
+	return caps, err
 }
 
 // localDriver is the in-process built-in driver behind a Client.

@@ -208,10 +208,6 @@ func (s *Store) Location() string {
 // again, and keeps its *Connection if the content is the same. ctx bounds
 // the wait for a new upstream client (see Options.BuildTimeout).
 func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
-	return s.get(ctx, name)
-}
-
-func (s *Store) get(ctx context.Context, name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}

@@ -41,25 +41,7 @@ func TestListSnapshotsPaging(t *testing.T) {
 	for _, max := range []int32{0, 1, 2, 3, 5, 6} {
 		t.Run(fmt.Sprintf("max_entries=%d", max), func(t *testing.T) {
 			p, fakes := snapshotListingProxy(t)
-			var got []*csi.ListSnapshotsResponse_Entry
-			token := ""
-			for pages := 1; ; pages++ {
-				if pages > 20 {
-					t.Fatalf("more than 20 pages; the token does not advance (last %q)", token)
-				}
-				resp, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{
-					MaxEntries: max, StartingToken: token, Secrets: map[string]string{"password": "s3cr3t-req"}})
-				if err != nil {
-					t.Fatalf("page %d: %v", pages, err)
-				}
-				if max > 0 && len(resp.GetEntries()) > int(max) {
-					t.Errorf("page %d has %d entries", pages, len(resp.GetEntries()))
-				}
-				got = append(got, resp.GetEntries()...)
-				if token = resp.GetNextToken(); token == "" {
-					break
-				}
-			}
+			got := listAllSnapshots(t, p.Controller, max, map[string]string{"password": "s3cr3t-req"})
 			if d := diff(want, got); d != "" {
 				t.Errorf("entries (-want +got):\n%s", d)
 			}
@@ -216,24 +198,7 @@ func TestListSnapshotsSharedEndpoint(t *testing.T) {
 			p.add(t, "x", conn{Endpoint: shared.Endpoint})
 			p.add(t, "y", conn{Endpoint: other.Endpoint})
 			p.add(t, "z", conn{Endpoint: shared.Endpoint, Topology: zoneEntries("z1")})
-			var got []*csi.ListSnapshotsResponse_Entry
-			token := ""
-			for pages := 1; ; pages++ {
-				if pages > 20 {
-					t.Fatalf("more than 20 pages; the token does not advance (last %q)", token)
-				}
-				resp, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{MaxEntries: max, StartingToken: token})
-				if err != nil {
-					t.Fatalf("page %d: %v", pages, err)
-				}
-				if max > 0 && len(resp.GetEntries()) > int(max) {
-					t.Errorf("page %d has %d entries", pages, len(resp.GetEntries()))
-				}
-				got = append(got, resp.GetEntries()...)
-				if token = resp.GetNextToken(); token == "" {
-					break
-				}
-			}
+			got := listAllSnapshots(t, p.Controller, max, nil)
 			if d := diff(want, got); d != "" {
 				t.Errorf("entries (-want +got):\n%s", d)
 			}
@@ -245,5 +210,30 @@ func TestListSnapshotsSharedEndpoint(t *testing.T) {
 				t.Errorf("filtered by s:z/s2 (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// listAllSnapshots follows ListSnapshots' next_token from the first page
+// to the last, max entries a page (0: no limit), with secrets, checking
+// that no page is over max and that the token advances.
+func listAllSnapshots(t *testing.T, c csi.ControllerClient, max int32, secrets map[string]string) []*csi.ListSnapshotsResponse_Entry {
+	t.Helper()
+	var got []*csi.ListSnapshotsResponse_Entry
+	token := ""
+	for pages := 1; ; pages++ {
+		if pages > 20 {
+			t.Fatalf("more than 20 pages; the token does not advance (last %q)", token)
+		}
+		resp, err := c.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{MaxEntries: max, StartingToken: token, Secrets: secrets})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		if max > 0 && len(resp.GetEntries()) > int(max) {
+			t.Errorf("page %d has %d entries", pages, len(resp.GetEntries()))
+		}
+		got = append(got, resp.GetEntries()...)
+		if token = resp.GetNextToken(); token == "" {
+			return got
+		}
 	}
 }

@@ -33,7 +33,19 @@ var (
 	// never cached: the next call tries again. It also wraps the context
 	// error that ended the wait.
 	ErrUnavailable = errors.New("connection's upstream is not ready")
+	// ErrRefused: the file loads, but Options.Check refused it (a
+	// connection that routes back to this proxy). Such an error is an
+	// ErrBroken too, with the same message.
+	ErrRefused = errors.New("connection refused by its check")
 )
+
+// refusedError is a load that Options.Check refused: it reads as the
+// ErrBroken it wraps, and errors.Is also finds ErrRefused in it.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string        { return e.err.Error() }
+func (e refusedError) Unwrap() error        { return e.err }
+func (e refusedError) Is(target error) bool { return target == ErrRefused }
 
 // Connection is a loaded connection with its upstream clients.
 type Connection struct {
@@ -490,7 +502,7 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Sur
 		if err := s.opts.Check(bctx, c); err != nil {
 			c.Release()
 			s.opts.Log.Error("connection refused", "connection", name, "error", err)
-			return nil, broken(name, err)
+			return nil, refusedError{broken(name, err)}
 		}
 	}
 	if !quiet {

@@ -152,7 +152,7 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 		}
 		c, err := d.opts.Store.Get(ctx, name)
 		if err != nil {
-			if d.skipInListing(name, err) {
+			if skipInListing(err) {
 				d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
 				continue
 			}
@@ -221,18 +221,14 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 
 // skipInListing reports whether a connection the store could not give
 // (err) is left out of a listing rather than failing it: its file went
-// away after the folder was read, or it is refused for routing back to
-// this proxy (at load or by a later re-check). A connection that routes
+// away after the folder was read, or the store's check refused it when it
+// loaded for routing back to this proxy (connection.ErrRefused; one
+// refused by a later re-check loads, and refusedLoop skips it). A connection that routes
 // back has no volumes of its own (what it reaches is listed under the
 // connections that reach it directly), and listing it would recurse. Any
 // other failure may hide volumes, so it fails the listing.
-func (d *Driver) skipInListing(name string, err error) bool {
-	if errors.Is(err, connection.ErrNotFound) {
-		return true
-	}
-	// Refused when it loaded: the guard's Check failed, which the store
-	// reports as a file that does not load; the guard remembers it.
-	return errors.Is(err, connection.ErrBroken) && d.opts.SelfGuard != nil && d.opts.SelfGuard.Refused(name) != nil
+func skipInListing(err error) bool {
+	return errors.Is(err, connection.ErrNotFound) || errors.Is(err, connection.ErrRefused)
 }
 
 // ListVolumes lists every connection's volumes with proxy IDs and the

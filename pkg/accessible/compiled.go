@@ -149,7 +149,7 @@ func (c *Compiled) Decide(connection string, requisite, preferred []*csi.Topolog
 		terms, kind = preferred, "preferred"
 	}
 	if len(c.entries) == 0 {
-		if c.opts.Type == typeNode {
+		if c.opts.Type == TypeNode {
 			if d := c.pinToRequestedNode(requisite, preferred); !d.Everywhere() {
 				return d, nil
 			}

@@ -133,7 +133,7 @@ func FuzzDecide(f *testing.F) {
 			}
 			// Type node pins to the node a term names, if any term names
 			// one of ours.
-			if opts.Type == typeNode && len(got) == 1 && len(got[0].GetSegments()) == 1 && got[0].GetSegments()[nodeKey] != "" {
+			if opts.Type == TypeNode && len(got) == 1 && len(got[0].GetSegments()) == 1 && got[0].GetSegments()[nodeKey] != "" {
 				return
 			}
 			// Otherwise the terms narrow the volume: each result is a

@@ -55,9 +55,10 @@ type Options struct {
 // zone-wide storage may be used.
 func (o Options) NodeKey() string { return labels.FullKey(o.Prefix, nodeShortKey) }
 
-// typeNode is the node topology type under which a connection without a
-// topology list is still pinned to the node that asked for it.
-const typeNode = "node"
+// TypeNode is the node topology type (proxy.nodeTopology.type: node) under
+// which a connection without a topology list is still pinned to the node
+// that asked for it. nodetopology.TypeNode is this value.
+const TypeNode = "node"
 
 // nodeShortKey is the short key the node topology type reports a node under.
 const nodeShortKey = "node"

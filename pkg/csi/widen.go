@@ -13,11 +13,6 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
-// typeNode is the node topology type under which a connection without
-// topology pins a volume to the node the CO asked for, when it asked for
-// one.
-const typeNode = "node"
-
 // errWidens says why a created volume cannot be handed back: the upstream
 // answered accessible_topology (its volume is not reachable everywhere),
 // and the connection declares no topology, so the proxy would report it
@@ -57,7 +52,7 @@ func (d *Driver) checkNotWidened(c *connection.Connection, decision accessible.D
 		return nil
 	}
 	err := errWidens{connection: c.Name, file: c.File, upstream: upstream}
-	if d.opts.Topology.Type == typeNode {
+	if d.opts.Topology.Type == accessible.TypeNode {
 		err.nodeKey = d.opts.Topology.NodeKey()
 		if decision.Constrains(err.nodeKey) {
 			return nil

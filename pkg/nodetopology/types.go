@@ -1,9 +1,11 @@
 package nodetopology
 
+import "github.com/democratic-csi/proxy-topology/pkg/accessible"
+
 // Node topology types (proxy.nodeTopology.type).
 const (
 	TypeCluster = "cluster"
-	TypeNode    = "node"
+	TypeNode    = accessible.TypeNode
 	TypeZone    = "zone"
 	TypeCustom  = "custom" // accepted as zone
 )

@@ -1,6 +1,7 @@
 package hostpath
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -111,12 +113,29 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 	}
 	s.recover(others == 0, dead > 0)
 	s.plan = probeCommitPlan(base)
-	if s.plan.recordOnly {
-		s.log.Info("a create syncs its record file only: one journal commit covers its renames", "because", s.plan.why)
-	} else {
-		s.log.Info("a create syncs its record file and both parent directories", "because", s.plan.why)
-	}
+	s.logPlan()
 	return s, nil
+}
+
+// plansLogged holds the base path and plan (why) of every commit plan this
+// process has logged at info. A driver is opened again for the same base
+// path often (the proxy's capability refresh looks at an unused
+// connection once a minute), so a plan already told is logged at debug.
+var plansLogged sync.Map
+
+// logPlan logs how a create is made durable on this base path: at info the
+// first time this process decides it (or decides it differently), at
+// debug after.
+func (s *store) logPlan() {
+	level := slog.LevelInfo
+	if _, told := plansLogged.LoadOrStore(s.base+"\x00"+s.plan.why, struct{}{}); told {
+		level = slog.LevelDebug
+	}
+	msg := "a create syncs its record file and both parent directories"
+	if s.plan.recordOnly {
+		msg = "a create syncs its record file only: one journal commit covers its renames"
+	}
+	s.log.Log(context.Background(), level, msg, "because", s.plan.why)
 }
 
 func (s *store) volumesDir() string          { return filepath.Join(s.base, "volumes") }

@@ -1,10 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"sort"
@@ -108,24 +106,28 @@ func (c *CSIUpstream) NodeSideEndpoint() string {
 // ParseConnection decodes and validates one connection file. file is used in
 // messages only. Unknown keys are returned as warnings.
 func ParseConnection(file string, data []byte, topo accessible.Options) (*Connection, []string, error) {
+	doc, rest, err := decodeDocument(file, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return parseConnection(file, data, doc, rest, topo)
+}
+
+// parseConnection is ParseConnection of the file's first document, already
+// decoded (decodeDocument); rest checks that no second one follows.
+func parseConnection(file string, data []byte, doc *yaml.Node, rest func() error, topo accessible.Options) (*Connection, []string, error) {
 	var c Connection
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	// An empty file decodes to the zero Connection (io.EOF), so it fails
-	// validation with "driver: required" rather than a bare EOF.
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
+	// An empty file is the zero Connection, so it fails validation with
+	// "driver: required" rather than a bare EOF.
+	if doc.Kind != 0 {
+		if err := doc.Decode(&c); err != nil {
+			return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
+		}
 	}
-	// A second document would be silently ignored, and whatever it says
-	// (another driver, a topology list) with it.
-	var next yaml.Node
-	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("file %s: %w", file, err)
-	} else if err == nil && !emptyDocument(&next) {
-		return nil, nil, fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
+	if err := rest(); err != nil {
+		return nil, nil, err
 	}
-	var raw map[string]any
-	_ = yaml.Unmarshal(data, &raw)
-	warnings, unknownProxy := unknownConnectionKeys(file, raw)
+	warnings, unknownProxy := unknownConnectionKeys(file, doc)
 	if err := errors.Join(append(unknownProxy, c.Validate(topo))...); err != nil {
 		return nil, warnings, fmt.Errorf("file %s: %w", file, err)
 	}
@@ -317,26 +319,31 @@ var connectionKeys = map[string][]string{
 // unknownConnectionKeys names every key yaml.v3 would silently ignore, with
 // its full path (proxy.perDriver.topology[1].extras): those under proxy:
 // as errors (a misspelt topology would make the connection reachable
-// everywhere), the others as warnings.
-func unknownConnectionKeys(file string, raw map[string]any) (warnings []string, errs []error) {
+// everywhere), the others as warnings. doc is the decoded document, walked
+// as it is (no second decoding of the file).
+func unknownConnectionKeys(file string, doc *yaml.Node) (warnings []string, errs []error) {
 	// schema is the path in connectionKeys, path the one shown to the user.
-	var walk func(schema, path string, v any)
-	walk = func(schema, path string, v any) {
-		if list, ok := v.([]any); ok {
+	var walk func(schema, path string, n *yaml.Node)
+	walk = func(schema, path string, n *yaml.Node) {
+		n = resolveAlias(n)
+		if n == nil {
+			return
+		}
+		if n.Kind == yaml.SequenceNode {
 			if _, nested := connectionKeys[schema+"[]"]; nested {
-				for i, item := range list {
+				for i, item := range n.Content {
 					walk(schema+"[]", fmt.Sprintf("%s[%d]", path, i), item)
 				}
 			}
 			return
 		}
 		allowed, nested := connectionKeys[schema]
-		m, ok := stringMap(v)
-		if !nested || !ok {
+		if !nested || n.Kind != yaml.MappingNode {
 			return
 		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
+		pairs := mappingPairs(n)
+		keys := make([]string, 0, len(pairs))
+		for k := range pairs {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
@@ -353,11 +360,56 @@ func unknownConnectionKeys(file string, raw map[string]any) (warnings []string, 
 				}
 				continue
 			}
-			walk(sub, subPath, m[k])
+			walk(sub, subPath, pairs[k])
 		}
 	}
-	walk("", "", raw)
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		walk("", "", doc.Content[0])
+	}
 	return warnings, errs
+}
+
+// mappingPairs returns the keys of a mapping node with their values as
+// decoding sees them: merge keys (<<: *defaults) contribute the keys of
+// the mappings they name, and a key written in the mapping itself wins
+// over a merged one.
+func mappingPairs(n *yaml.Node) map[string]*yaml.Node {
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	var merged []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			merged = append(merged, v)
+			continue
+		}
+		out[k.Value] = v
+	}
+	for _, v := range merged {
+		v = resolveAlias(v)
+		sources := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			sources = v.Content
+		}
+		for _, m := range sources {
+			if m = resolveAlias(m); m == nil || m.Kind != yaml.MappingNode {
+				continue
+			}
+			for k, mv := range mappingPairs(m) {
+				if _, own := out[k]; !own {
+					out[k] = mv
+				}
+			}
+		}
+	}
+	return out
+}
+
+// resolveAlias returns the node an alias (*name) stands for.
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
 }
 
 // stringMap returns a decoded YAML mapping with its keys as strings; yaml.v3

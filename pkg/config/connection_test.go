@@ -414,6 +414,14 @@ func TestParseConnectionUnknownKeys(t *testing.T) {
 			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\nlocal-hostpath:\n  shareBasePath: /x\n",
 		},
 		{
+			// The keys are checked as decoding sees them: an anchor's
+			// keys where it is used, a merged mapping's keys beside the
+			// mapping's own.
+			name: "through an alias and a merge key",
+			yml:  "driver: csi\ncommon: &c {endpoint: unix:///s, tiemout: 1s}\ncsi:\n  <<: *c\n  nodeEndpoint: unix:///n\n  prameters: {}\nlocal-hostpath: *c\n",
+			want: []string{warn("common"), warn("csi.prameters"), warn("csi.tiemout"), warn("local-hostpath.endpoint"), warn("local-hostpath.tiemout")},
+		},
+		{
 			name: "null and empty sections",
 			yml:  "driver: csi\ncsi:\n  endpoint: unix:///s\nlocal-hostpath:\nproxy: {}\n",
 		},

@@ -39,13 +39,8 @@ type GroupMembers struct {
 // driver: group. A file that does not decode is not a group; the ordinary
 // parser reports what is wrong with it.
 func IsGroupFile(data []byte) bool {
-	var head struct {
-		Driver string `yaml:"driver"`
-	}
-	if err := yaml.Unmarshal(data, &head); err != nil {
-		return false
-	}
-	return head.Driver == DriverGroup
+	doc, _, err := decodeDocument("", data)
+	return err == nil && driverOf(doc) == DriverGroup
 }
 
 // groupKeys are the keys a group file may have, by path.

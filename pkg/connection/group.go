@@ -20,15 +20,15 @@ func (c *Connection) Members() []string {
 	return c.Group.Group.Members
 }
 
-// loadGroup makes the Connection of a group file. Only what the file alone
-// says is checked here (its syntax, its member names, that it does not
-// list itself): members can be added, changed or removed at any time, so
+// loadGroup makes the Connection of a group file parsed as g. Only what
+// the file alone says is checked (its syntax and member names by
+// config.ParseFile, here that it does not list itself): members can be added, changed or removed at any time, so
 // whether each one exists and is an ordinary connection is checked on
 // every call (Member), and a group is never cached as broken because a
 // member was.
 // quiet logs nothing (a Survey's look).
-func (s *Store) loadGroup(name, file string, data []byte, quiet bool) (*Connection, error) {
-	c, err := newGroup(name, file, data)
+func (s *Store) loadGroup(name, file string, g *config.Group, quiet bool) (*Connection, error) {
+	c, err := newGroup(name, file, g)
 	if quiet {
 		return c, err
 	}
@@ -40,17 +40,12 @@ func (s *Store) loadGroup(name, file string, data []byte, quiet bool) (*Connecti
 	return c, nil
 }
 
-// newGroup is loadGroup without the log: the Connection of a group file,
-// with the caller's reference, or an ErrBroken naming the connection.
-func newGroup(name, file string, data []byte) (*Connection, error) {
-	g, err := config.ParseGroup(file, data)
-	if err == nil {
-		if i := g.SelfMember(name); i >= 0 {
-			err = fmt.Errorf("file %s: group.members[%d]: the group %q lists itself; members must be ordinary connections", file, i, name)
-		}
-	}
-	if err != nil {
-		return nil, broken(name, err)
+// newGroup is loadGroup without the log: the Connection of the group file
+// parsed as g, with the caller's reference, or an ErrBroken naming the
+// connection.
+func newGroup(name, file string, g *config.Group) (*Connection, error) {
+	if i := g.SelfMember(name); i >= 0 {
+		return nil, broken(name, fmt.Errorf("file %s: group.members[%d]: the group %q lists itself; members must be ordinary connections", file, i, name))
 	}
 	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
 	c.refs.Store(1) // the caller's

@@ -28,14 +28,15 @@ func Inspect(src Source, name string, opts accessible.Options) (*Connection, err
 		return nil, noFile(name, file)
 	case err != nil:
 		return nil, broken(name, err)
-	case config.IsGroupFile(data):
-		return newGroup(name, file, data)
 	}
-	cfg, _, err := config.ParseConnection(file, data, opts)
-	if err != nil {
+	f, err := config.ParseFile(file, data, opts)
+	switch {
+	case err != nil:
 		return nil, broken(name, err)
+	case f.Group != nil:
+		return newGroup(name, file, f.Group)
 	}
-	c := &Connection{Name: name, File: file, Config: cfg}
+	c := &Connection{Name: name, File: file, Config: f.Connection}
 	c.refs.Store(1)
 	return c, nil
 }

@@ -432,11 +432,12 @@ func (s *Store) Close() {
 // the survey's user reports what it finds, every round.
 func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Survey) (*Connection, error) {
 	quiet := v != nil
-	if config.IsGroupFile(data) {
-		return s.loadGroup(name, file, data, quiet)
+	f, err := config.ParseFile(file, data, s.opts.Topology)
+	if f.Group != nil {
+		return s.loadGroup(name, file, f.Group, quiet)
 	}
-	cfg, warnings, err := config.ParseConnection(file, data, s.opts.Topology)
-	for _, w := range warnings {
+	cfg := f.Connection
+	for _, w := range f.Warnings {
 		if !quiet {
 			s.opts.Log.Warn(w, "connection", name)
 		}

@@ -67,20 +67,6 @@ func checkNodeLocal(r *checkResult, path string, cfg *config.Loaded) {
 		labels.FullKey(cfg.Topology.Prefix(), nodetopology.TypeNode), c.LocalHostpath.ShareBasePath))
 }
 
-// warnCentralNodeLocal warns a controller-only process (the central
-// Deployment) about node-local connections: it would create their volumes
-// on its own pod's node and pin them to its node id, which in a
-// Deployment is rarely what anyone wants (check warns about the same).
-func warnCentralNodeLocal(mode string, nodeLocalMode bool, nodeID string, store *connection.Store, log *slog.Logger) {
-	if mode != pcsi.ModeController || nodeLocalMode {
-		return
-	}
-	if local := store.NodeLocalNames(); len(local) > 0 {
-		log.Warn("node-local connections served by a central controller: their volumes are created on this controller's disk and pinned to its node id; deploy the node-local mode (proxy.nodeLocal, docs/kubernetes.md) or declare the topology of shared storage",
-			"connections", strings.Join(local, ","), "node_id", nodeID)
-	}
-}
-
 // dryRunDecide is the topology command's CreateVolume decision for c, the
 // server's own (pcsi.Placement.Decide): a node-local connection is decided
 // as the controller on the dry run's node would decide it (pinned to that

@@ -333,7 +333,6 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	so.OnLoad = onConnectionChange(so.OnLoad, kick)
 	store := connection.NewStore(so)
 	x.watchStore(store)
-	warnCentralNodeLocal(o.Mode, cfg.Proxy.NodeLocal, o.NodeID, store, log)
 	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
@@ -347,6 +346,9 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
 		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
+		// A central controller warns about node-local connections; its
+		// capability refresh finds them (no start-up read of every file).
+		WarnCentralNodeLocal: o.Mode == pcsi.ModeController && !cfg.Proxy.NodeLocal,
 	}
 	if o.Mode != pcsi.ModeController {
 		in, err := gatherNodeInputs(ctx, o, ev, version, log)

@@ -233,7 +233,8 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 	if !auto && d.opts.SelfGuard == nil {
 		return d.Capabilities(), nil
 	}
-	ups, unconfirmed := d.askConnections(ctx, auto)
+	ups, unconfirmed, nodeLocal := d.askConnections(ctx, auto)
+	d.noteNodeLocal(ctx, nodeLocal)
 	if !auto {
 		// Only the loop re-check (SelfGuard) ran.
 		return d.Capabilities(), unconfirmed
@@ -270,19 +271,22 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 // askConnections asks the upstream of every connection, each distinct
 // client (or pair of controller and node clients) once, refreshWorkers at
 // a time, for its capabilities when ask is set; with a SelfGuard it first
-// looks for a cycle again. It returns one UpstreamCaps per upstream asked.
-func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed) {
+// looks for a cycle again. It returns one UpstreamCaps per upstream asked,
+// and, in name order, the node-local connections it saw (the one read of
+// every file serves both).
+func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed, []string) {
 	names, err := d.opts.Store.List()
 	if err != nil {
-		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err), Retry: true}}
+		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err), Retry: true}}, nil
 	}
 	var (
-		mu    sync.Mutex
-		asked = map[[2]*upstream.Client]bool{}
-		ups   []UpstreamCaps
-		bad   []Unconfirmed
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, refreshWorkers)
+		mu        sync.Mutex
+		asked     = map[[2]*upstream.Client]bool{}
+		ups       []UpstreamCaps
+		bad       []Unconfirmed
+		nodeLocal []string
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, refreshWorkers)
 	)
 	unconfirmed := func(name string, err error, retry bool) {
 		mu.Lock()
@@ -313,6 +317,11 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			defer c.Release()
 			if c.IsGroup() {
 				return // no upstream of its own; its members are asked
+			}
+			if c.NodeLocal() {
+				mu.Lock()
+				nodeLocal = append(nodeLocal, name)
+				mu.Unlock()
 			}
 			// Look for a cycle again: another proxy's routes-to may have
 			// grown since this connection loaded (the two loaded at the
@@ -355,7 +364,8 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 	}
 	wg.Wait()
 	slices.SortFunc(bad, func(a, b Unconfirmed) int { return strings.Compare(a.Connection, b.Connection) })
-	return ups, bad
+	slices.Sort(nodeLocal)
+	return ups, bad, nodeLocal
 }
 
 func typeNames[T fmt.Stringer](ts []T) string {

@@ -135,6 +135,11 @@ type Options struct {
 	// limit of 128 bytes (kind is "volume" or "snapshot"); the metrics
 	// count them with it.
 	OnLongID func(connection, kind string)
+	// WarnCentralNodeLocal is set for a controller-only process outside
+	// the node-local mode (the central Deployment): a capability refresh
+	// that finds node-local connections warns, naming them, whenever they
+	// differ from those it last warned about (nodelocal.go).
+	WarnCentralNodeLocal bool
 	// Log receives driver messages; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -158,6 +163,9 @@ type Driver struct {
 	refreshMu   sync.Mutex
 	refreshed   bool
 	refreshKick chan struct{}
+	// nodeLocalWarned are the node-local connections last warned about
+	// (WarnCentralNodeLocal); refreshMu guards it.
+	nodeLocalWarned []string
 	// confirmed is closed once a refresh confirmed every connection
 	// (Confirmed).
 	confirmed   chan struct{}

@@ -5,6 +5,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"runtime"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -21,9 +24,16 @@ func addPprofFlag(fs *pflag.FlagSet) *string {
 }
 
 // startPprof serves the profiling endpoints on their own listener (never
-// on the metrics port, which may be reachable from the cluster).
+// on the metrics port, which may be reachable from the cluster). Without
+// them the heap profile has no reader, so its sampling is turned off: the
+// runtime's sample table (about 1.4 MiB) would otherwise fill as the
+// connection files are parsed, in every idle process (docs/performance.md;
+// GODEBUG=memprofilerate=N still decides when it is set).
 func startPprof(addr string, log *slog.Logger) error {
 	if addr == "" {
+		if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+			runtime.MemProfileRate = 0
+		}
 		return nil
 	}
 	lis, err := net.Listen("tcp", addr)

@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"math"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -34,6 +35,14 @@ import (
 //     refuses every claim. Kubelet dials per call, so only a call in
 //     flight fails (and is retried). A set that shrinks or stays the same
 //     closes nothing.
+//
+// A refresh is a batch: it reads and parses every connection file (10,000
+// in the benchmark: some 200 MB of short-lived parse garbage and a hundred
+// GC cycles), and the proxy is idle when it ends, so it gives that memory
+// back to the OS at once (runtime/debug.FreeOSMemory: one GC, 4 ms
+// measured with 10,000 files) instead of keeping the heap at its GC goal
+// until the runtime's scavenger returns it. The idle controller of the
+// benchmark holds about 3 MiB less for it (docs/performance.md).
 
 // WatchCapabilities refreshes the capabilities at once, then every
 // interval, and soon after ConnectionsChanged is called (at most once per
@@ -68,6 +77,7 @@ func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) 
 			}
 		}
 		_, unconfirmed := d.RefreshCapabilities(ctx)
+		debug.FreeOSMemory()
 		last = time.Now()
 		next := interval
 		if retrying(unconfirmed) {

@@ -385,7 +385,9 @@ func mappingPairs(n *yaml.Node) map[string]*yaml.Node {
 		out[k.Value] = v
 	}
 	for _, v := range merged {
-		v = resolveAlias(v)
+		if v = resolveAlias(v); v == nil {
+			continue
+		}
 		sources := []*yaml.Node{v}
 		if v.Kind == yaml.SequenceNode {
 			sources = v.Content

@@ -1,10 +1,14 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -53,4 +57,93 @@ func FuzzParseConnection(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzUnknownKeysAsDecoded checks the unknown-key walk, which reads the
+// parsed document (aliases, merge keys), against what decoding the file
+// into maps shows: for every document whose keys are all strings, both
+// name the same unknown keys in the same order. Keys that are not strings
+// (1:, ~:) are left out of the comparison: decoding turns them into Go
+// values, while the walk names them as written.
+func FuzzUnknownKeysAsDecoded(f *testing.F) {
+	f.Add([]byte("driver: csi\ncommon: &c {endpoint: unix:///s, tiemout: 1s}\ncsi:\n  <<: *c\n  prameters: {}\nlocal-hostpath: *c\n"))
+	f.Add([]byte("proxy:\n  perDriver:\n    topology:\n    - &e {requirements: {zone: z}, extras: {}}\n    - <<: [*e, {bogus: 1}]\n      extra: {}\n"))
+	f.Add([]byte("csi: {<<: {a: 1}, endpoint: x, b: 2}\nproxy: {perDriver: {nodeId: {template: x, templat: y}}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, _, err := decodeDocument("f.yaml", data)
+		if err != nil || !stringKeysOnly(doc) {
+			return
+		}
+		var raw map[string]any
+		if yaml.Unmarshal(data, &raw) != nil {
+			return
+		}
+		want := mapUnknownKeys("", "", raw)
+		warnings, errs := unknownConnectionKeys("f.yaml", doc)
+		var got []string
+		for _, w := range warnings {
+			got = append(got, strings.TrimSuffix(strings.TrimPrefix(w, "file f.yaml: unknown key "), " (ignored)"))
+		}
+		for _, e := range errs {
+			got = append(got, strings.TrimSuffix(e.Error(), ": "+unknownProxyKey))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("unknown keys from the document %q, from decoding %q\n%s", got, want, data)
+		}
+	})
+}
+
+// mapUnknownKeys is the unknown-key walk over decoded maps, the reference
+// for FuzzUnknownKeysAsDecoded.
+func mapUnknownKeys(schema, path string, v any) []string {
+	if list, ok := v.([]any); ok {
+		var out []string
+		if _, nested := connectionKeys[schema+"[]"]; nested {
+			for i, item := range list {
+				out = append(out, mapUnknownKeys(schema+"[]", fmt.Sprintf("%s[%d]", path, i), item)...)
+			}
+		}
+		return out
+	}
+	allowed, nested := connectionKeys[schema]
+	m, ok := stringMap(v)
+	if !nested || !ok {
+		return nil
+	}
+	var out []string
+	for k, sub := range m {
+		subSchema, subPath := k, k
+		if path != "" {
+			subSchema, subPath = schema+"."+k, path+"."+k
+		}
+		if !slices.Contains(allowed, k) {
+			out = append(out, subPath)
+			continue
+		}
+		out = append(out, mapUnknownKeys(subSchema, subPath, sub)...)
+	}
+	return out
+}
+
+// stringKeysOnly reports whether every mapping key in n is a plain string
+// or a merge key.
+func stringKeysOnly(n *yaml.Node) bool {
+	if n == nil {
+		return true
+	}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind != yaml.ScalarNode || k.Tag != "!!str" && k.Tag != "!!merge" {
+				return false
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if !stringKeysOnly(c) {
+			return false
+		}
+	}
+	return true
 }

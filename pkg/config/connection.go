@@ -106,16 +106,16 @@ func (c *CSIUpstream) NodeSideEndpoint() string {
 // ParseConnection decodes and validates one connection file. file is used in
 // messages only. Unknown keys are returned as warnings.
 func ParseConnection(file string, data []byte, topo accessible.Options) (*Connection, []string, error) {
-	doc, rest, err := decodeDocument(file, data)
+	doc, dec, err := decodeDocument(file, data)
 	if err != nil {
 		return nil, nil, err
 	}
-	return parseConnection(file, data, doc, rest, topo)
+	return parseConnection(file, data, doc, dec, topo)
 }
 
 // parseConnection is ParseConnection of the file's first document, already
-// decoded (decodeDocument); rest checks that no second one follows.
-func parseConnection(file string, data []byte, doc *yaml.Node, rest func() error, topo accessible.Options) (*Connection, []string, error) {
+// decoded by dec (decodeDocument), which must hold no second one.
+func parseConnection(file string, data []byte, doc *yaml.Node, dec *yaml.Decoder, topo accessible.Options) (*Connection, []string, error) {
 	var c Connection
 	// An empty file is the zero Connection, so it fails validation with
 	// "driver: required" rather than a bare EOF.
@@ -124,7 +124,7 @@ func parseConnection(file string, data []byte, doc *yaml.Node, rest func() error
 			return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 		}
 	}
-	if err := rest(); err != nil {
+	if err := noSecondDocument(file, dec); err != nil {
 		return nil, nil, err
 	}
 	warnings, unknownProxy := unknownConnectionKeys(file, doc)

@@ -27,7 +27,7 @@ type File struct {
 // strictly by ParseGroup); the store and the survey load thousands of
 // files this way. file is used in messages only.
 func ParseFile(file string, data []byte, topo accessible.Options) (File, error) {
-	doc, rest, err := decodeDocument(file, data)
+	doc, dec, err := decodeDocument(file, data)
 	if err != nil {
 		return File{}, err
 	}
@@ -35,30 +35,34 @@ func ParseFile(file string, data []byte, topo accessible.Options) (File, error) 
 		g, err := ParseGroup(file, data)
 		return File{Group: g}, err
 	}
-	c, warnings, err := parseConnection(file, data, doc, rest, topo)
+	c, warnings, err := parseConnection(file, data, doc, dec, topo)
 	return File{Connection: c, Warnings: warnings}, err
 }
 
 // decodeDocument parses the first YAML document of data into a node (an
-// empty file gives the zero node). rest then checks that no second
-// document follows: one would be silently ignored, and whatever it says
-// (another driver, a topology list) with it.
-func decodeDocument(file string, data []byte) (*yaml.Node, func() error, error) {
+// empty file gives the zero node), and returns the decoder positioned
+// after it for noSecondDocument.
+func decodeDocument(file string, data []byte) (*yaml.Node, *yaml.Decoder, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 	}
-	rest := func() error {
-		var next yaml.Node
-		if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("file %s: %w", file, err)
-		} else if err == nil && !emptyDocument(&next) {
-			return fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
-		}
-		return nil
+	return &doc, dec, nil
+}
+
+// noSecondDocument checks that dec, past a file's first document, holds no
+// other: a second one would be silently ignored, and whatever it says
+// (another driver, a topology list) with it. A trailing "---" or comments
+// are no document.
+func noSecondDocument(file string, dec *yaml.Decoder) error {
+	var next yaml.Node
+	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("file %s: %w", file, err)
+	} else if err == nil && !emptyDocument(&next) {
+		return fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
 	}
-	return &doc, rest, nil
+	return nil
 }
 
 // driverOf is the scalar value of the document's top-level driver key, ""

@@ -61,11 +61,8 @@ func ParseGroup(file string, data []byte) (*Group, error) {
 	if err := dec.Decode(&g); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("file %s: %w", file, groupDecodeError(err, data))
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("file %s: %w", file, err)
-	} else if err == nil && !emptyDocument(&next) {
-		return nil, fmt.Errorf("file %s: line %d: a second YAML document; a connection file holds exactly one", file, next.Line)
+	if err := noSecondDocument(file, dec); err != nil {
+		return nil, err
 	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("file %s: %w", file, err)

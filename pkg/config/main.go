@@ -15,6 +15,9 @@
 //     ParseGroup), which holds only group.members, the names of ordinary
 //     connections; whether each member exists is checked where it is
 //     used (pkg/connection), since members change on their own.
+//   - file.go: any file of the connection folder, decoded once and parsed
+//     as its driver key says (ParseFile: a group or a connection), and the
+//     one-document rule both kinds share (noSecondDocument).
 package config
 
 import (

@@ -3,15 +3,12 @@ package csi_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // TestRefreshWarnsCentralNodeLocal: a central controller learns of its
@@ -22,33 +19,18 @@ import (
 // storage) is not node-local; without the option nothing is warned.
 func TestRefreshWarnsCentralNodeLocal(t *testing.T) {
 	for _, warn := range []bool{true, false} {
-		logs := &lockedBuffer{}
-		log := jsonLogger(t, logs, "debug")
-		folder := t.TempDir()
-		pool := upstream.NewPool(log)
-		t.Cleanup(pool.Close)
-		store := connection.NewStore(connection.Options{Folder: folder, Topology: testTopology, Pool: pool, Log: log,
-			DriverName: "proxy.example.com", NodeID: "node-1"})
 		policy, err := pcsi.NewPolicy(config.Capabilities{}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := pcsi.New(pcsi.Options{Name: "proxy.example.com", NodeID: "node-1", Mode: pcsi.ModeController, Store: store,
-			Topology: testTopology, Log: log, Policy: &policy, WarnCentralNodeLocal: warn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		write := func(name, body string) {
-			if err := os.WriteFile(filepath.Join(folder, name+".yaml"), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		p := startProxyStore(t, func(o *connection.Options) { o.DriverName, o.NodeID = "proxy.example.com", "node-1" },
+			func(o *pcsi.Options) { o.Mode, o.Policy, o.WarnCentralNodeLocal = pcsi.ModeController, &policy, warn })
 		local := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + t.TempDir() + "\n"
-		write("disk-b", local)
-		write("shared", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone1}\n")
+		p.write(t, "disk-b", local)
+		p.write(t, "shared", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone1}\n")
 		warnings := func() []string {
 			var out []string
-			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			for _, line := range strings.Split(strings.TrimSpace(p.Logs.String()), "\n") {
 				var rec map[string]any
 				if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec["msg"].(string), "node-local connections served by a central controller") {
 					out = append(out, rec["connections"].(string)+"@"+rec["node_id"].(string))
@@ -57,10 +39,10 @@ func TestRefreshWarnsCentralNodeLocal(t *testing.T) {
 			return out
 		}
 		ctx := context.Background()
-		d.RefreshCapabilities(ctx)
-		d.RefreshCapabilities(ctx)
-		write("disk-a", local)
-		d.RefreshCapabilities(ctx)
+		p.Driver.RefreshCapabilities(ctx)
+		p.Driver.RefreshCapabilities(ctx)
+		p.write(t, "disk-a", local)
+		p.Driver.RefreshCapabilities(ctx)
 		got := strings.Join(warnings(), " ")
 		want := "disk-b@node-1 disk-a,disk-b@node-1"
 		if !warn {

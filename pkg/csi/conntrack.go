@@ -3,6 +3,7 @@ package csi
 import (
 	"net"
 	"sync"
+	"syscall"
 )
 
 // ConnTracker remembers the client connections a CSI listener accepted,
@@ -18,8 +19,10 @@ import (
 // a moment while it is edited), so edits do not restart the sidecars.
 // Its zero value is ready to use.
 type ConnTracker struct {
-	mu    sync.Mutex
-	conns map[*trackedConn]struct{}
+	mu sync.Mutex
+	// conns maps every open accepted connection to what it was told
+	// (nil: nothing yet).
+	conns map[net.Conn]*Capabilities
 	// told is what a connection accepted now is told; nil until the
 	// driver advertises a set.
 	told *Capabilities
@@ -38,8 +41,8 @@ func (t *ConnTracker) Advertise(c Capabilities) {
 func (t *ConnTracker) TellAll(c Capabilities) {
 	t.mu.Lock()
 	t.told = &c
-	for tc := range t.conns {
-		tc.told = &c
+	for conn := range t.conns {
+		t.conns[conn] = &c
 	}
 	t.mu.Unlock()
 }
@@ -48,27 +51,33 @@ func (t *ConnTracker) TellAll(c Capabilities) {
 // next (or was told nothing) and reports how many it closed.
 func (t *ConnTracker) CloseLacking(next Capabilities) int {
 	t.mu.Lock()
-	var lacking []*trackedConn
-	for tc := range t.conns {
-		if tc.told == nil {
-			lacking = append(lacking, tc)
+	t.forgetClosed()
+	var lacking []net.Conn
+	for conn, told := range t.conns {
+		if told == nil {
+			lacking = append(lacking, conn)
 			continue
 		}
-		if added, _ := capsDiff(*tc.told, next); len(added) > 0 {
-			lacking = append(lacking, tc)
+		if added, _ := capsDiff(*told, next); len(added) > 0 {
+			lacking = append(lacking, conn)
 		}
 	}
-	for _, tc := range lacking {
-		delete(t.conns, tc)
+	for _, conn := range lacking {
+		delete(t.conns, conn)
 	}
 	t.mu.Unlock()
-	for _, tc := range lacking {
-		_ = tc.Close()
+	for _, conn := range lacking {
+		_ = conn.Close()
 	}
 	return len(lacking)
 }
 
-// Listener returns l with every connection it accepts tracked by t.
+// Listener returns l with every connection it accepts tracked by t. The
+// connections are handed to gRPC as accepted, not wrapped: gRPC reads a
+// *net.UnixConn or *net.TCPConn only when data is ready, into a pooled
+// buffer, and falls back to a 32 KiB buffer per connection, held while it
+// waits, for any other type. A closed connection is noticed and forgotten
+// on the tracker's next use (see open).
 func (t *ConnTracker) Listener(l net.Listener) net.Listener {
 	return &trackingListener{Listener: l, t: t}
 }
@@ -77,23 +86,45 @@ func (t *ConnTracker) Listener(l net.Listener) net.Listener {
 func (t *ConnTracker) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forgetClosed()
 	return len(t.conns)
 }
 
-func (t *ConnTracker) add(c *trackedConn) {
+func (t *ConnTracker) add(c net.Conn) {
 	t.mu.Lock()
 	if t.conns == nil {
-		t.conns = map[*trackedConn]struct{}{}
+		t.conns = map[net.Conn]*Capabilities{}
 	}
-	c.told = t.told
-	t.conns[c] = struct{}{}
+	t.forgetClosed()
+	t.conns[c] = t.told
 	t.mu.Unlock()
 }
 
-func (t *ConnTracker) remove(c *trackedConn) {
-	t.mu.Lock()
-	delete(t.conns, c)
-	t.mu.Unlock()
+// forgetClosed drops the connections closed since the last look, by
+// either side (gRPC closes its end when the client goes). Called with t.mu
+// held; the sidecars keep a handful of connections, so a look is cheap.
+func (t *ConnTracker) forgetClosed() {
+	for c := range t.conns {
+		if !open(c) {
+			delete(t.conns, c)
+		}
+	}
+}
+
+// open reports whether c has not been closed on this side. Every
+// connection a unix or TCP listener accepts gives access to its socket;
+// once closed, that access fails. A connection of any other kind is taken
+// as open until the tracker closes it.
+func open(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	return raw.Control(func(uintptr) {}) == nil
 }
 
 type trackingListener struct {
@@ -106,20 +137,6 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, t: l.t}
-	l.t.add(tc)
-	return tc, nil
-}
-
-// trackedConn leaves its tracker when it is closed, by either side.
-type trackedConn struct {
-	net.Conn
-	t    *ConnTracker
-	once sync.Once
-	told *Capabilities // guarded by t.mu
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.t.remove(c) })
-	return c.Conn.Close()
+	l.t.add(c)
+	return c, nil
 }

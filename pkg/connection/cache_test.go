@@ -86,7 +86,7 @@ func TestCacheKeepsConnection(t *testing.T) {
 			e.write("nfs", connA)
 			first := e.get("nfs")
 			for range 5 {
-				e.clock.Advance(time.Minute)
+				e.clock.Step(time.Minute)
 				if got := e.get("nfs"); got != first {
 					t.Fatal("an unchanged file gave a new *Connection")
 				}
@@ -235,11 +235,11 @@ func TestCacheTimeoutDropsUnused(t *testing.T) {
 		t.Fatalf("Cached() = %d, want 3", n)
 	}
 
-	e.clock.Advance(6 * time.Minute)
+	e.clock.Step(6 * time.Minute)
 	if e.get("b") != b {
 		t.Error("b reloaded while cached")
 	}
-	e.clock.Advance(5 * time.Minute) // a, c: unused for 11m; b for 5m
+	e.clock.Step(5 * time.Minute) // a, c: unused for 11m; b for 5m
 	// The sweep is lazy, but Cached (the connections_cached gauge) counts
 	// only what has not expired.
 	if n := e.store.Cached(); n != 1 {
@@ -265,12 +265,12 @@ func TestCacheTimeoutDropsUnused(t *testing.T) {
 	}
 
 	// Exactly N unused is not yet "unused for longer than N".
-	e.clock.Advance(ttl)
+	e.clock.Step(ttl)
 	e.get("b")
 	if n := e.store.Cached(); n != 3 {
 		t.Errorf("Cached() = %d at exactly N, want 3", n)
 	}
-	e.clock.Advance(2 * time.Minute)
+	e.clock.Step(2 * time.Minute)
 	e.get("b")
 	if n := e.store.Cached(); n != 1 {
 		t.Errorf("Cached() = %d, want 1 (b)", n)
@@ -282,7 +282,7 @@ func TestCacheForeverNeverDrops(t *testing.T) {
 	e.write("a", connA)
 	e.write("b", connA)
 	a := e.get("a")
-	e.clock.Advance(10 * 365 * 24 * time.Hour)
+	e.clock.Step(10 * 365 * 24 * time.Hour)
 	e.get("b")
 	if e.get("a") != a || e.store.Cached() != 2 {
 		t.Errorf("cache -1 dropped a connection (Cached() = %d)", e.store.Cached())
@@ -445,7 +445,7 @@ func TestConcurrentGet(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					e.clock.Advance(time.Second)
+					e.clock.Step(time.Second)
 				}
 			}()
 

@@ -110,7 +110,7 @@ func TestGroupEviction(t *testing.T) {
 	if n := e.store.Cached(); n != 1 {
 		t.Fatalf("cached %d, want 1", n)
 	}
-	e.clock.Advance(2 * time.Minute)
+	e.clock.Step(2 * time.Minute)
 	if n := e.store.Cached(); n != 0 {
 		t.Errorf("cached %d after the timeout, want 0", n)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -29,24 +31,6 @@ func init() {
 	}
 }
 
-// fakeClock is Options.Now under the test's control.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // syncBuffer is a log sink safe for concurrent Get calls.
 type syncBuffer = syncbuf.Buffer
 
@@ -56,7 +40,7 @@ type env struct {
 	dir   string
 	store *Store
 	pool  *upstream.Pool
-	clock *fakeClock
+	clock *testingclock.FakeClock // Options.Now under the test's control
 	log   *syncBuffer
 	loads []loadEvent // OnLoad calls, in order
 	mu    sync.Mutex
@@ -73,7 +57,7 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 	e := &env{
 		t:     t,
 		dir:   t.TempDir(),
-		clock: &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+		clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		log:   &syncBuffer{},
 	}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -41,7 +41,7 @@ func TestEditedLocalHostpathGetsNewDriver(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.replace("local", localConn(base, false))
-			e.clock.Advance(time.Second)
+			e.clock.Step(time.Second)
 			cur := e.get("local")
 			if cur.Config.LocalHostpath.Stage || cur.Controller == old.Controller {
 				t.Fatal("the edit did not take effect on the next call: same driver")
@@ -93,10 +93,10 @@ func TestExpiredConnectionReleasesClients(t *testing.T) {
 	e.write("a", connA)
 	e.write("b", connB)
 	e.get("a")
-	e.clock.Advance(6 * time.Minute)
+	e.clock.Step(6 * time.Minute)
 	e.get("b")
 	e.wantTargets("both used", "unix:///csi/a.sock", "unix:///csi/b.sock")
-	e.clock.Advance(5 * time.Minute)
+	e.clock.Step(5 * time.Minute)
 	e.get("b")
 	e.wantTargets("a unused for 11m", "unix:///csi/b.sock")
 }
@@ -124,7 +124,7 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 			if err := os.Remove(e.path("b")); err != nil {
 				t.Fatal(err)
 			}
-			e.clock.Advance(removedSweepInterval)
+			e.clock.Step(removedSweepInterval)
 			e.get("a")
 			e.wantTargets("b removed, never asked for again", "unix:///csi/a.sock")
 		})

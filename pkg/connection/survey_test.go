@@ -72,7 +72,7 @@ func TestSurveyIsNotAUse(t *testing.T) {
 	e.write("a2", connA)
 	a := e.get("a")
 	for i := range 2 {
-		e.clock.Advance(4 * time.Minute)
+		e.clock.Step(4 * time.Minute)
 		v := e.store.Survey()
 		if look(t, v, "a") != a {
 			t.Errorf("survey after %d min: a new connection, want the cached one", 4*(i+1))
@@ -88,7 +88,7 @@ func TestSurveyIsNotAUse(t *testing.T) {
 	if got := e.store.Cached(); got != 1 {
 		t.Fatalf("Cached() = %d, want 1 (a)", got)
 	}
-	e.clock.Advance(3 * time.Minute)
+	e.clock.Step(3 * time.Minute)
 	// 11 minutes since the last Get: expired, however often it was looked at.
 	if got := e.store.Cached(); got != 0 {
 		t.Errorf("Cached() = %d, want 0: surveys kept a from expiring", got)

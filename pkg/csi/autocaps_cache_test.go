@@ -2,34 +2,16 @@ package csi_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
-
-// testClock is a connection store's clock under the test's control.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestRefreshCachesNoConnection (issue 15, proxy.capabilities: auto over
 // many connections): a refresh over 200 connection files leaves only the
@@ -41,7 +23,7 @@ func (c *testClock) Advance(d time.Duration) {
 func TestRefreshCachesNoConnection(t *testing.T) {
 	a := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), withNodeCaps())
 	b := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_LIST_VOLUMES), withNodeCaps())
-	clock := &testClock{now: time.Now()}
+	clock := testingclock.NewFakeClock(time.Now()) // the store's clock under the test's control
 	const ttl = 10 * time.Minute
 	var store *connection.Store
 	p := startProxyStore(t, func(o *connection.Options) { o.CacheTimeout = ttl; o.Now = clock.Now },
@@ -89,7 +71,7 @@ func TestRefreshCachesNoConnection(t *testing.T) {
 	// Refreshes every 4 minutes do not keep c000 from expiring 10 minutes
 	// after its last use, nor bring it back.
 	for range 3 {
-		clock.Advance(4 * time.Minute)
+		clock.Step(4 * time.Minute)
 		p.Driver.RefreshCapabilities(callCtx(t))
 	}
 	if got := store.Cached(); got != 0 {

@@ -15,20 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// seedConnection is the connection TestSeedValuesInstall adds to the seed
-// release's Secret. The seed's values name no connection (its connections
-// volume is the user's Secret): this one is what a user adds, a
-// local-hostpath connection (a real driver this machine can serve) with
-// the topology of examples/connections' nfs-zone1. %s is its base path.
-const seedConnection = `driver: local-hostpath
-local-hostpath:
-  shareBasePath: %s
-proxy:
-  perDriver:
-    topology:
-    - requirements: {region: region1, zone: zone1}
-`
-
 // bindThroughSeedRelease runs the seed release's pods as kubelet would:
 // the DaemonSet's pod on each node (its node plugin, registered), then
 // the controller Pod's proxy-topology and csi-provisioner with the args
@@ -51,7 +37,10 @@ func bindThroughSeedRelease(t *testing.T, c *cluster, pod *corev1.Pod, daemonSet
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	sec.Data[conn+".yaml"] = []byte(fmt.Sprintf(seedConnection, filepath.Join(base, conn)))
+	// The seed's values name no connection (its connections volume is the
+	// user's Secret): add what a user adds, a local-hostpath connection (a
+	// real driver this machine can serve) with nfs-zone1's topology.
+	sec.Data[conn+".yaml"] = []byte(fmt.Sprintf(stackConnections["nfs-zone1"], filepath.Join(base, conn)))
 	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

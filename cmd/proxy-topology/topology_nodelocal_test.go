@@ -16,31 +16,14 @@ func TestTopologyNodeLocal(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "connections", "disk.yaml"), []byte("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /var/lib/pt/disk\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want []string
-	}{
+	checkDryRuns(t, cfg, "disk", []dryRunCase{
 		{name: "no requirement", code: 0, want: []string{`decided as the controller on node "node-1"`, "CreateVolume: OK",
 			"accessible_topology: [{org.democratic-csi.topology/node=node-1}]"}},
 		{name: "its own zone", args: []string{"--requisite", "zone=zone1"}, code: 0,
 			want: []string{"accessible_topology: [{org.democratic-csi.topology/node=node-1}]"}},
 		{name: "another node", args: []string{"--requisite", "node=node-2", "--preferred", "node=node-2"}, code: 1,
 			want: []string{"CreateVolume: ResourceExhausted", `runs on node "node-1"`, `asked for node "node-2"`}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := runTopology(t, append([]string{"--config", cfg, "--node-name", "node-1", "--connection", "disk"}, tc.args...)...)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
-				}
-			}
-		})
-	}
+	})
 }
 
 // TestTopologyGroupNodeLocal: a group's node-local member admits only the
@@ -60,12 +43,7 @@ func TestTopologyGroupNodeLocal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want []string
-	}{
+	checkDryRuns(t, cfg, "mixed", []dryRunCase{
 		{name: "another zone", args: []string{"--requisite", "zone=zone2"}, code: 0, want: []string{
 			`member 0 "disk" (` + filepath.Join(dir, "connections", "disk.yaml") + `) offers node "node-1" only (node-local)`,
 			"  member: zone2\n", `member "disk" does not admit it, member "zone2" does`,
@@ -74,9 +52,24 @@ func TestTopologyGroupNodeLocal(t *testing.T) {
 			`decided as the controller on node "node-1"`, "accessible_topology: [{org.democratic-csi.topology/node=node-1}]"}},
 		{name: "another node", args: []string{"--requisite", "zone=zone1,node=node-2"}, code: 1, want: []string{
 			`CreateVolume: ResourceExhausted: topology {org.democratic-csi.topology/node=node-2, org.democratic-csi.topology/zone=zone1} (requisite) is not accessible for any member of group "mixed": member "disk" offers node "node-1" only (node-local)`}},
-	} {
+	})
+}
+
+// dryRunCase is one topology dry run on node-1 (args after the config,
+// node and connection) and what its exit code and output must be.
+type dryRunCase struct {
+	name string
+	args []string
+	code int
+	want []string
+}
+
+// checkDryRuns runs each case against connection and checks it.
+func checkDryRuns(t *testing.T, cfg, connection string, cases []dryRunCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := runTopology(t, append([]string{"--config", cfg, "--node-name", "node-1", "--connection", "mixed"}, tc.args...)...)
+			code, out, errOut := runTopology(t, append([]string{"--config", cfg, "--node-name", "node-1", "--connection", connection}, tc.args...)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
 			}

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -38,17 +37,11 @@ func (s capsServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitie
 // after that, advertised or not.
 func TestCapabilitiesCached(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := capsServer{calls: make(chan string, 10)}
-	s := grpc.NewServer()
-	csi.RegisterControllerServer(s, srv)
-	csi.RegisterNodeServer(s, srv)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(l) }()
-	t.Cleanup(func() { s.Stop(); <-done })
+	serveUpstream(t, sock, func(s *grpc.Server) {
+		csi.RegisterControllerServer(s, srv)
+		csi.RegisterNodeServer(s, srv)
+	})
 
 	c := leaseCSI(t, quietPool(t), "unix://"+sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -110,16 +103,8 @@ func (s *changingServer) set(caps ...csi.ControllerServiceCapability_RPC_Type) (
 // by HasController after a refresh, with no call of its own.
 func TestRefreshUpdatesCache(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &changingServer{caps: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}
-	s := grpc.NewServer()
-	csi.RegisterControllerServer(s, srv)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(l) }()
-	t.Cleanup(func() { s.Stop(); <-done })
+	serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
 
 	c := leaseCSI(t, quietPool(t), "unix://"+sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

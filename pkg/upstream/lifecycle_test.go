@@ -33,6 +33,22 @@ func leaseCSI(t *testing.T, p *Pool, endpoint string) *Client {
 	return l.Client()
 }
 
+// serveUpstream serves register's services on a unix socket at sock
+// until the test ends (or the returned server is stopped).
+func serveUpstream(t *testing.T, sock string, register func(*grpc.Server)) *grpc.Server {
+	t.Helper()
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(l) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+	return s
+}
+
 // closedWithin reports whether c's channel shuts down (a built-in
 // driver's client: closes) within d.
 func closedWithin(c *Client, d time.Duration) bool {
@@ -110,15 +126,8 @@ func (s *blockingServer) CreateVolume(ctx context.Context, req *csi.CreateVolume
 // that client; the client closes after it, and refuses later calls.
 func TestReleaseWaitsForCallsInFlight(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &blockingServer{started: make(chan struct{}, 1), release: make(chan struct{})}
-	s := grpc.NewServer()
-	csi.RegisterControllerServer(s, srv)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
+	serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
 
 	p := quietPool(t)
 	lease, err := p.CSI(context.Background(), "a", "unix://"+sock)
@@ -299,15 +308,7 @@ func TestCapabilitiesRediscoveredAfterReconnect(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
 	serve := func(snapshots bool) *grpc.Server {
 		_ = os.Remove(sock)
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		csi.RegisterControllerServer(s, capsV{snapshots: snapshots})
-		go func() { _ = s.Serve(l) }()
-		t.Cleanup(s.Stop)
-		return s
+		return serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, capsV{snapshots: snapshots}) })
 	}
 	old := serve(false)
 	c := leaseCSI(t, quietPool(t), "unix://"+sock)

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
@@ -105,18 +104,7 @@ func TestLoadMainEnv(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l, err := loadMain(tt.yml, tt.environ...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, l.Main, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Main (-want +got):\n%s", diff)
-			}
-			if len(l.Warnings) != 0 {
-				t.Errorf("Warnings = %q, want none", l.Warnings)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkMain(t, tt.yml, tt.environ, tt.want) })
 	}
 }
 

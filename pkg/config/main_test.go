@@ -22,6 +22,21 @@ func loadMain(yml string, environ ...string) (*Loaded, error) {
 	return LoadMain(testFile, []byte(yml), environ)
 }
 
+// checkMain loads yml with environ and wants want, with no warnings.
+func checkMain(t *testing.T, yml string, environ []string, want Main) {
+	t.Helper()
+	l, err := loadMain(yml, environ...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, l.Main, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Main (-want +got):\n%s", diff)
+	}
+	if len(l.Warnings) != 0 {
+		t.Errorf("Warnings = %q, want none", l.Warnings)
+	}
+}
+
 // mainErrors checks that err names testFile and splits it into one string
 // per problem (errors.Join puts each on its own line).
 func mainErrors(t *testing.T, err error) []string {
@@ -148,18 +163,7 @@ proxy:
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l, err := loadMain(tt.yml)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, l.Main, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Main (-want +got):\n%s", diff)
-			}
-			if len(l.Warnings) != 0 {
-				t.Errorf("Warnings = %q, want none", l.Warnings)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkMain(t, tt.yml, nil, tt.want) })
 	}
 }
 

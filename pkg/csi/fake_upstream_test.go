@@ -33,6 +33,9 @@ type fakeUpstream struct {
 	Endpoint string
 	path     string
 	srv      *grpc.Server
+	// wrapListener, if set, wraps the fake's listener (to watch its
+	// connections).
+	wrapListener func(net.Listener) net.Listener
 
 	mu             sync.Mutex
 	calls          []fakeCall
@@ -128,6 +131,9 @@ func newFakeUpstream(t *testing.T, opts ...fakeOption) *fakeUpstream {
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f.wrapListener != nil {
+		lis = f.wrapListener(lis)
 	}
 	f.srv = grpc.NewServer(grpc.UnaryInterceptor(f.intercept))
 	csi.RegisterIdentityServer(f.srv, f)

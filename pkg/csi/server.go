@@ -4,6 +4,8 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc"
+
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // Service is a set of CSI services to serve: the proxy's Driver, or a
@@ -20,6 +22,9 @@ type Service interface {
 // Messages are decoded and encoded by gRPC's own codec with the generated
 // types; nothing is parsed by hand.
 //
+// Flow control uses static windows (upstream.FlowWindow) instead of gRPC's
+// dynamic ones, as the proxy's upstream clients do: see upstream.FlowWindow.
+//
 // One experimental gRPC server option is set, grpc.NumStreamWorkers: calls
 // run on long-lived worker goroutines instead of a new goroutine each. A
 // proxied call's stack is deep (interceptors, handler, the upstream call
@@ -30,7 +35,10 @@ type Service interface {
 // experimental API must earn more than 10% to stay. A call arriving while
 // every worker is busy gets a goroutine of its own, as without workers.
 func NewServer(svc Service, log *slog.Logger, observers ...Observer) *grpc.Server {
-	srv := grpc.NewServer(interceptors(log, observers...), grpc.NumStreamWorkers(streamWorkers))
+	srv := grpc.NewServer(interceptors(log, observers...),
+		grpc.StaticStreamWindowSize(upstream.FlowWindow),
+		grpc.StaticConnWindowSize(upstream.FlowWindow),
+		grpc.NumStreamWorkers(streamWorkers))
 	svc.Register(srv)
 	return srv
 }

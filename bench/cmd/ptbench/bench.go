@@ -38,6 +38,12 @@ type bench struct {
 	// connection files; node the node plugin (mode node) with o.nodeRules
 	// node-topology rules.
 	pMany, node *proc
+	// startMany starts pMany. It runs only for the measurements that use
+	// it, after the paths, Probe and the burst: reading its 10,000 files
+	// for the capability refresh (at start, a few seconds after a new
+	// connection loads, and every minute) takes seconds of CPU, which
+	// would otherwise fall on whichever path is being measured.
+	startMany func() error
 	// hpDirect serves the built-in local-hostpath driver on its own
 	// (main config driver: local-hostpath); hpProxy is proxy-topology with
 	// one local-hostpath connection. Each has its own base path.
@@ -52,8 +58,19 @@ type bench struct {
 	pprof map[string]string
 }
 
-func (b *bench) stop() {
+// procs are the processes started, the last started first.
+func (b *bench) procs() []*proc {
+	var started []*proc
 	for _, p := range []*proc{b.hpProxy, b.hpDirect, b.node, b.pMany, b.compare, b.p1, b.typed, b.raw, b.noop} {
+		if p != nil {
+			started = append(started, p)
+		}
+	}
+	return started
+}
+
+func (b *bench) stop() {
+	for _, p := range b.procs() {
 		p.stop()
 	}
 	b.noop, b.raw, b.typed, b.p1, b.compare, b.pMany, b.node, b.hpDirect, b.hpProxy = nil, nil, nil, nil, nil, nil, nil, nil, nil
@@ -171,9 +188,10 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 			return nil, err
 		}
 	}
-	fmt.Printf("writing %d connection files ...\n", o.connections)
-	if b.pMany, err = proxy(fmt.Sprintf("proxy-%d", o.connections), bin, "controller", o.connections); err != nil {
-		return nil, err
+	b.startMany = func() (err error) {
+		fmt.Printf("writing %d connection files ...\n", o.connections)
+		b.pMany, err = proxy(fmt.Sprintf("proxy-%d", o.connections), bin, "controller", o.connections)
+		return err
 	}
 
 	nodeDir := filepath.Join(dir, "node")
@@ -189,6 +207,48 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		return nil, err
 	}
 	return b, nil
+}
+
+// quiet waits until no server uses more than 1% of a CPU over half a
+// second ending at least `least` after it was called, and returns how long
+// that took. Servers answer Probe as soon as they serve, and some keep
+// working in the background: proxy-10000 reads all its connection files
+// to find the capabilities to advertise (proxy.capabilities: auto) once
+// it starts, and again at most 5 s after a connection is first loaded.
+func (b *bench) quiet(ctx context.Context, least, timeout time.Duration) (time.Duration, error) {
+	const window, most = 500 * time.Millisecond, 5 * time.Millisecond
+	procs := b.procs()
+	cpu := func() []time.Duration {
+		used := make([]time.Duration, len(procs))
+		for i, p := range procs {
+			used[i] = p.cpu()
+		}
+		return used
+	}
+	start := time.Now()
+	prev := cpu()
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(window):
+		}
+		cur := cpu()
+		var busy []string
+		for i, p := range procs {
+			if used := cur[i] - prev[i]; used > most {
+				busy = append(busy, fmt.Sprintf("%s (%s)", p.name, used.Round(time.Millisecond)))
+			}
+		}
+		if len(busy) == 0 && time.Since(start) >= least {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("servers still busy %s after start-up: %s in the last %s",
+				timeout, strings.Join(busy, ", "), window)
+		}
+		prev = cur
+	}
 }
 
 // copyExecutable copies the file src to dst, executable.

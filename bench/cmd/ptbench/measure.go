@@ -21,11 +21,12 @@ type served struct {
 // measure runs every measurement in order and fills res.
 func (b *bench) measure(ctx context.Context, res *Results) error {
 	m := &res.Memory
-	var err error
-	// Idle means started and never called.
-	if m.ControllerIdleKiB, err = settledRSS(b.pMany.pid()); err != nil {
+	took, err := b.quiet(ctx, 0, time.Minute)
+	if err != nil {
 		return err
 	}
+	fmt.Printf("servers quiet %.1f s after start-up\n", took.Seconds())
+	// Idle means started and never called.
 	if m.NodeIdleKiB, err = settledRSS(b.node.pid()); err != nil {
 		return err
 	}
@@ -104,10 +105,32 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		}
 	}
 
+	if err := b.controller(ctx, res); err != nil {
+		return err
+	}
 	if !b.o.skip["scale"] {
 		return b.scale(ctx, res)
 	}
 	return nil
+}
+
+// controller starts the controller with its connection files, measures it
+// idle (started, quiet, never called) and checks it answers.
+func (b *bench) controller(ctx context.Context, res *Results) error {
+	if err := b.startMany(); err != nil {
+		return err
+	}
+	took, err := b.quiet(ctx, 0, time.Minute)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s quiet %.1f s after start-up\n", b.pMany.name, took.Seconds())
+	if res.Memory.ControllerIdleKiB, err = settledRSS(b.pMany.pid()); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return b.checkCreate(ctx, b.pMany)
 }
 
 // scale loads every connection of the controller once, measures what the
@@ -133,6 +156,12 @@ func (b *bench) scale(ctx context.Context, res *Results) error {
 		return err
 	}
 	m.PerConnectionBytes = float64(m.LoadedKiB-m.ControllerIdleKiB) * 1024 / float64(many)
+	// The loads asked for a capability refresh, which reads every file
+	// again up to 5 s after the last one (and the files must be 2.5 s old,
+	// see measure).
+	if _, err := b.quiet(ctx, 6*time.Second, time.Minute); err != nil {
+		return err
+	}
 
 	scale := []load.Path{
 		{Name: "typed", Call: createVolume(b.typed, 1, func(int) string { return connName(0) }), CPU: b.typed.cpu},
@@ -146,6 +175,20 @@ func (b *bench) scale(ctx context.Context, res *Results) error {
 	}
 	for _, p := range scale {
 		res.Scale = append(res.Scale, PathResult{Method: "CreateVolume", Concurrency: 1, Path: p.Name, Stats: samples[p.Name].Summarize()})
+	}
+	return nil
+}
+
+// checkCreate checks a proxy-topology process's answer to CreateVolume.
+func (b *bench) checkCreate(ctx context.Context, p *proc) error {
+	resp, err := csi.NewControllerClient(p.conn).CreateVolume(ctx, createRequest("check", connName(0)))
+	if err != nil {
+		return fmt.Errorf("%s: CreateVolume: %w", p.name, err)
+	}
+	v := resp.GetVolume()
+	if v.GetVolumeId() != "v:"+connName(0)+"/check" || len(v.GetAccessibleTopology()) != 1 ||
+		v.GetAccessibleTopology()[0].GetSegments()[prefix+"/zone"] != zone {
+		return fmt.Errorf("%s: CreateVolume returned %v", p.name, v)
 	}
 	return nil
 }
@@ -165,18 +208,12 @@ func (b *bench) check(ctx context.Context) error {
 			return fmt.Errorf("%s: NodeGetVolumeStats = %v, %v", p.name, stats, err)
 		}
 	}
-	for _, p := range []*proc{b.p1, b.pMany, b.compare} {
+	for _, p := range []*proc{b.p1, b.compare} {
 		if p == nil {
 			continue
 		}
-		resp, err := csi.NewControllerClient(p.conn).CreateVolume(ctx, createRequest("check", connName(0)))
-		if err != nil {
-			return fmt.Errorf("%s: CreateVolume: %w", p.name, err)
-		}
-		v := resp.GetVolume()
-		if v.GetVolumeId() != "v:"+connName(0)+"/check" || len(v.GetAccessibleTopology()) != 1 ||
-			v.GetAccessibleTopology()[0].GetSegments()[prefix+"/zone"] != zone {
-			return fmt.Errorf("%s: CreateVolume returned %v", p.name, v)
+		if err := b.checkCreate(ctx, p); err != nil {
+			return err
 		}
 	}
 	for _, p := range []*proc{b.p1, b.compare} {

@@ -159,17 +159,13 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Errorf("restored PV's node affinity differs from the source's (-source +restored):\n%s", diff)
 	}
 
-	claims := c.client.CoreV1().PersistentVolumeClaims(modesNamespace)
-	for _, name := range []string{restore.Name, src.Name} {
-		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The snapshot goes first, while its source claim still exists. With
+	// the claims deleted first, the snapshot-controller logs that it
+	// cannot find the source claim on each update of the snapshot, and
+	// once did not act on the snapshot's deletion for more than a minute.
 	if err := c.dyn.Resource(volumeSnapshots).Namespace(modesNamespace).Delete(ctx, "snap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitGone(t, pv.Name, s.volumeDir(t, sc.Parameters["connection"], pv))
-	s.waitGone(t, srcPV.Name, s.volumeDir(t, sc.Parameters["connection"], srcPV))
 	deadline = time.Now().Add(60 * time.Second)
 	for {
 		_, err := c.dyn.Resource(volumeSnapshots).Namespace(modesNamespace).Get(ctx, "snap", metav1.GetOptions{})
@@ -196,6 +192,14 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	claims := c.client.CoreV1().PersistentVolumeClaims(modesNamespace)
+	for _, name := range []string{restore.Name, src.Name} {
+		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitGone(t, pv.Name, s.volumeDir(t, sc.Parameters["connection"], pv))
+	s.waitGone(t, srcPV.Name, s.volumeDir(t, sc.Parameters["connection"], srcPV))
 }
 
 // createClaimFrom makes a claim restored from a VolumeSnapshot.

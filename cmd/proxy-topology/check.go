@@ -208,13 +208,19 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 	produced := producibleKeys(cfg.Topology)
 	var checked []checkResult
 	for _, f := range files {
-		if r, ok := checkGroupFile(f.path, f.name, folder, cfg.Topology.Accessibility()); ok {
-			checked = append(checked, r)
+		// Each file is read once and parsed once, as the kind it says it is.
+		data, err := os.ReadFile(f.path)
+		switch {
+		case err != nil:
+			checked = append(checked, checkResult{path: f.path, errors: []string{unwrapPath(err)}})
+			continue
+		case config.IsGroupFile(data):
+			checked = append(checked, checkGroupFile(f.path, f.name, data, folder, cfg.Topology.Accessibility()))
 			continue
 		}
-		r := checkConnection(f.path, cfg.Topology, produced, ownEndpoint)
+		r, c := checkConnection(f.path, data, cfg.Topology, produced, ownEndpoint)
 		checkIDRoom(&r, f.name, cfg.Proxy.MaxIDLength)
-		checkNodeLocal(&r, f.path, cfg)
+		checkNodeLocal(&r, c, cfg)
 		checked = append(checked, r)
 	}
 	return append(checked, out...)
@@ -237,20 +243,17 @@ func producibleKeys(ev *nodetopology.Evaluator) map[string]bool {
 	return keys
 }
 
-func checkConnection(path string, ev *nodetopology.Evaluator, produced map[string]bool, ownEndpoint string) checkResult {
+// checkConnection checks an ordinary connection file's content data and
+// returns the connection it parses to (nil if it does not).
+func checkConnection(path string, data []byte, ev *nodetopology.Evaluator, produced map[string]bool, ownEndpoint string) (checkResult, *config.Connection) {
 	r := checkResult{path: path}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		r.errors = []string{unwrapPath(err)}
-		return r
-	}
 	c, warnings, err := config.ParseConnection(path, data, ev.Accessibility())
 	for _, w := range warnings {
 		r.warnings = append(r.warnings, flatten(w, "file "+path+": ")...)
 	}
 	if err != nil {
 		r.errors = flatten(err.Error(), "file "+path+": ")
-		return r
+		return r, nil
 	}
 	if c.Driver == config.DriverCSI {
 		for _, ep := range []struct{ key, value string }{{"csi.endpoint", c.CSI.Endpoint}, {"csi.nodeEndpoint", c.CSI.NodeEndpoint}} {
@@ -282,7 +285,7 @@ func checkConnection(path string, ev *nodetopology.Evaluator, produced map[strin
 			r.warnings = append(r.warnings, fmt.Sprintf("proxy.perDriver.topology[%d].extra: volumes are usable only on nodes labelled %s; %s", i, label, how))
 		}
 	}
-	return r
+	return r, c
 }
 
 // flatten turns a (possibly errors.Join-ed, possibly multi-line) message

@@ -23,23 +23,20 @@ import (
 
 // Connection groups (SPEC §11) in `check` and in the topology dry run.
 
-// checkGroupFile checks path if it is a group file (ok false otherwise):
-// the file itself, and each member as the proxy would find it in folder
-// on a call: present, an ordinary connection, loading. A member without
-// topology admits every term, so the members after it are never chosen: a
-// warning unless it is last. A member whose entry an earlier member also
-// serves never gets claims for it: a warning says which member wins. A
-// node-local member admits only its controller's node, so it is neither.
-func checkGroupFile(path, name, folder string, opts accessible.Options) (checkResult, bool) {
+// checkGroupFile checks the group file at path (config.IsGroupFile of its
+// content data): the file itself, and each member as the proxy would find
+// it in folder on a call: present, an ordinary connection, loading. A
+// member without topology admits every term, so the members after it are
+// never chosen: a warning unless it is last. A member whose entry an
+// earlier member also serves never gets claims for it: a warning says
+// which member wins. A node-local member admits only its controller's
+// node, so it is neither.
+func checkGroupFile(path, name string, data []byte, folder string, opts accessible.Options) checkResult {
 	r := checkResult{path: path}
-	data, err := os.ReadFile(path)
-	if err != nil || !config.IsGroupFile(data) {
-		return r, false
-	}
 	g, err := config.ParseGroup(path, data)
 	if err != nil {
 		r.errors = flatten(err.Error(), "file "+path+": ")
-		return r, true
+		return r
 	}
 	if i := g.SelfMember(name); i >= 0 {
 		r.errors = append(r.errors, fmt.Sprintf("group.members[%d]: the group %q lists itself; members must be ordinary connections", i, name))
@@ -103,7 +100,7 @@ func checkGroupFile(path, name, folder string, opts accessible.Options) (checkRe
 			}
 		}
 	}
-	return r, true
+	return r
 }
 
 func quoteList(names []string) string {

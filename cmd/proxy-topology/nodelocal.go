@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -50,16 +49,8 @@ func reportNodeKey(res *nodetopology.Result, ev *nodetopology.Evaluator, nodeLoc
 // checkNodeLocal warns about a node-local connection in a deployment not
 // in node-local mode (SPEC §12): its volumes would be created on whatever
 // node the one controller runs on, and pinned there.
-func checkNodeLocal(r *checkResult, path string, cfg *config.Loaded) {
-	if len(r.errors) > 0 || cfg.Proxy.NodeLocal {
-		return
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	c, _, err := config.ParseConnection(path, data, cfg.Topology.Accessibility())
-	if err != nil || !connection.IsNodeLocal(c) {
+func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
+	if len(r.errors) > 0 || cfg.Proxy.NodeLocal || c == nil || !connection.IsNodeLocal(c) {
 		return
 	}
 	r.warnings = append(r.warnings, fmt.Sprintf(

@@ -244,6 +244,14 @@ func targets(res *Results) (goals, reports []Target) {
 	return goals, reports
 }
 
+// compareNote is printed under a table with a compare path: a fifth server
+// in the rounds moves the other paths' latencies at concurrency 1, so an
+// A/B test compares its two builds with each other, and its ratios to the
+// floors are not make bench's (docs/performance.md, "Concurrency 1: the
+// scheduler weighs the extra CPU").
+const compareNote = "note: the compare path adds a server to the rounds, which moves every path's concurrency-1 latency:\n" +
+	"      compare proxy with compare; these ratios to typed and raw are not comparable with make bench's"
+
 func printReport(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "\nproxy-topology %s benchmark, %s\n", res.Revision, res.Time.Format(time.RFC3339))
 	fmt.Fprintf(w, "machine: %d CPUs, %s, %s, %s; load average %s at start, %s at end\n",
@@ -269,6 +277,12 @@ func printReport(w io.Writer, res *Results) {
 	}
 	if len(res.Paths) > 0 {
 		table("paths (interleaved rounds)", res.Paths, "typed", "raw")
+		for _, r := range res.Paths {
+			if r.Path == "compare" {
+				fmt.Fprintln(w, compareNote)
+				break
+			}
+		}
 	}
 	if len(res.Burst) > 0 {
 		table("burst to local-hostpath (interleaved rounds; a call is a CreateVolume+DeleteVolume pair)", res.Burst, "direct")

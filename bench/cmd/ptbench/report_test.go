@@ -272,3 +272,22 @@ func TestDcsiFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareNote: a table with a compare path says that its ratios to the
+// floors are not make bench's; one without it does not.
+func TestCompareNote(t *testing.T) {
+	row := func(path string) PathResult {
+		return PathResult{Method: "CreateVolume", Concurrency: 1, Path: path, Stats: load.Stats{N: 1, P50us: 100, Throughput: 10}}
+	}
+	paths := []PathResult{row("raw"), row("typed"), row("proxy")}
+	for _, tt := range []struct {
+		paths []PathResult
+		want  bool
+	}{{paths, false}, {append(paths, row("compare")), true}} {
+		var out strings.Builder
+		printReport(&out, &Results{Paths: tt.paths})
+		if got := strings.Contains(out.String(), compareNote); got != tt.want {
+			t.Errorf("paths %d: note printed %v, want %v:\n%s", len(tt.paths), got, tt.want, out.String())
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -22,19 +23,36 @@ import (
 // (a group's choice of member depends on the terms only), so the upstream
 // judges them as it would without the proxy (docs/conformance.md).
 func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	c, err := d.connectionFromParameters(ctx, req.GetParameters())
+	c, decision, out, err := d.prepareCreate(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	resp, err := forward(ctx, c, c.Controller, "CreateVolume", out, c.Controller.Controller.CreateVolume)
+	if err != nil {
+		return nil, err
+	}
+	return d.finishCreate(ctx, c, req, decision, out, resp)
+}
+
+// prepareCreate routes the request, decides its topology and builds the
+// upstream's request. It and finishCreate are functions of their own, so
+// that CreateVolume's frame, which stays on the stack for the whole
+// upstream call, is small (see interceptors).
+//
+//go:noinline
+func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest) (*connection.Connection, accessible.Decision, *csi.CreateVolumeRequest, error) {
+	c, err := d.connectionFromParameters(ctx, req.GetParameters())
+	if err != nil {
+		return nil, accessible.Decision{}, nil, err
 	}
 	if c.IsGroup() {
 		if c, err = d.groupMember(ctx, c, req); err != nil {
-			return nil, err
+			return nil, accessible.Decision{}, nil, err
 		}
 	}
-	requirement := req.GetAccessibilityRequirements()
-	decision, err := d.decide(c, requirement)
+	decision, err := d.decide(c, req.GetAccessibilityRequirements())
 	if err != nil {
-		return nil, err
+		return nil, accessible.Decision{}, nil, err
 	}
 	out := outbound(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
@@ -42,16 +60,21 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	out.AccessibilityRequirements = nil
 	if src := req.GetVolumeContentSource(); src != nil {
 		if out.VolumeContentSource, err = unwrapSource(c, src); err != nil {
-			return nil, err
+			return nil, accessible.Decision{}, nil, err
 		}
 	}
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, "CreateVolume"); err != nil {
-		return nil, err
+		return nil, accessible.Decision{}, nil, err
 	}
-	resp, err := forward(ctx, c, c.Controller, "CreateVolume", out, c.Controller.Controller.CreateVolume)
-	if err != nil {
-		return nil, err
-	}
+	return c, decision, out, nil
+}
+
+// finishCreate checks the upstream's volume and makes it the proxy's: its
+// ID wrapped, its topology the decision's. A volume it cannot hand back is
+// deleted upstream.
+//
+//go:noinline
+func (d *Driver) finishCreate(ctx context.Context, c *connection.Connection, req *csi.CreateVolumeRequest, decision accessible.Decision, out *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) (*csi.CreateVolumeResponse, error) {
 	vol := resp.GetVolume()
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)

@@ -2,7 +2,7 @@
 // services, each call routed to the connection it belongs to.
 //
 // Every call takes one path. gRPC decodes the request into the generated
-// type; the interceptor chain (interceptors.go) numbers it, logs it once and
+// type; the interceptor (interceptors.go) numbers it, logs it once and
 // counts it for metrics, and turns a panic into INTERNAL; the handler
 // validates the request, finds its connection, makes the outbound copy,
 // forwards it and rewrites the answer; gRPC encodes it. NewServer

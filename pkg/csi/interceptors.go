@@ -103,23 +103,31 @@ type Observer interface {
 	ObserveRPC(method, connection string, code codes.Code, d time.Duration)
 }
 
-// interceptors returns the server interceptor: request id, then logging
-// (which also reports to the observers), then panic recovery closest to
-// the handler so a recovered panic is logged like any other failed call.
+// interceptors returns the server interceptor: a request id, logging (which
+// also reports to the observers) and panic recovery, so a recovered panic
+// is logged like any other failed call.
 //
-// The three run as one interceptor rather than a gRPC chain, which links
-// its links with two closures built on every call; and the request id is
-// formatted only when something prints it.
+// It is one function with one small frame, and the work before and after
+// the handler lives in functions of their own (rpcStart, rpcEnd, rpcPanic):
+// this frame stays on the stack for the whole proxied call. A chain of
+// three interceptors (with the closures that link them) put 640 bytes
+// there, this puts 320; with CreateVolume's frame cut the same way
+// (prepareCreate), a proxied call fits in an 8 KiB stack. Over it, a
+// stream worker grew its stack to 16 KiB deep in the upstream call after
+// every collection had shrunk it (docs/performance.md, "Frames that fit
+// the worker's stack").
 func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
-	logged, recovered := loggingInterceptor(log, observers), recoveryInterceptor(log)
-	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		cl := &call{id: requestCounter.Add(1)}
-		cl.held = cl.heldBuf[:0]
-		defer cl.release()
-		ctx = context.WithValue(ctx, callKey{}, cl)
-		return logged(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-			return recovered(ctx, req, info, handler)
-		})
+	return grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		ctx, cl, method, debug := rpcStart(ctx, log, info, req)
+		start := time.Now()
+		defer func() {
+			if r := recover(); r != nil {
+				resp, err = rpcPanic(ctx, log, info, r)
+			}
+			cl.release()
+			rpcEnd(ctx, log, observers, method, debug, time.Since(start), resp, err)
+		}()
+		return handler(ctx, req)
 	})
 }
 
@@ -158,33 +166,21 @@ func logLevel(method string, err error) slog.Level {
 	return slog.LevelInfo
 }
 
-// loggingInterceptor logs and observes every call. The work before and
-// after the handler lives in functions of their own (rpcStart, rpcEnd):
-// the interceptor's frame stays on the stack for the whole proxied call,
-// and a small one keeps that call within the stack the server's worker
-// goroutine already has (a slog.Attr array in this frame cost a stack
-// copy per call; see docs/performance.md).
-func loggingInterceptor(log *slog.Logger, observers []Observer) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		method, debug := rpcStart(ctx, log, info, req)
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		rpcEnd(ctx, log, observers, method, debug, time.Since(start), resp, err)
-		return resp, err
-	}
-}
-
-// rpcStart returns the method's short name and whether debug logging is
-// on, logging the request if it is.
+// rpcStart numbers the call, puts it in ctx, and returns the method's
+// short name and whether debug logging is on, logging the request if it
+// is.
 //
 //go:noinline
-func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, req any) (string, bool) {
+func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, req any) (context.Context, *call, string, bool) {
+	cl := &call{id: requestCounter.Add(1)}
+	cl.held = cl.heldBuf[:0]
+	ctx = context.WithValue(ctx, callKey{}, cl)
 	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 	debug := log.Enabled(ctx, slog.LevelDebug)
 	if debug {
 		log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
 	}
-	return method, debug
+	return ctx, cl, method, debug
 }
 
 // rpcEnd reports a finished call to the observers and logs it.
@@ -225,15 +221,12 @@ func rpcEnd(ctx context.Context, log *slog.Logger, observers []Observer, method 
 	log.LogAttrs(ctx, level, "rpc", attrs...)
 }
 
-func recoveryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "request_id", RequestID(ctx),
-					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				resp, err = nil, status.Errorf(codes.Internal, "internal error in %s (request %s); see the driver log", info.FullMethod, RequestID(ctx))
-			}
-		}()
-		return handler(ctx, req)
-	}
+// rpcPanic logs a panic recovered from a handler and returns the error the
+// client gets instead.
+//
+//go:noinline
+func rpcPanic(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, r any) (any, error) {
+	log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "request_id", RequestID(ctx),
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	return nil, status.Errorf(codes.Internal, "internal error in %s (request %s); see the driver log", info.FullMethod, RequestID(ctx))
 }

@@ -15,7 +15,7 @@ type Service interface {
 }
 
 // NewServer returns the gRPC server of every CSI endpoint this binary
-// serves: the interceptor chain (request id, logging and observers, panic
+// serves: the interceptor (request id, logging and observers, panic
 // recovery) around svc's services. Production and tests build their
 // servers with it, so tests exercise exactly what production serves.
 //

@@ -215,11 +215,6 @@ func (b *bench) check(ctx context.Context) error {
 		if err := b.checkCreate(ctx, p); err != nil {
 			return err
 		}
-	}
-	for _, p := range []*proc{b.p1, b.compare} {
-		if p == nil {
-			continue
-		}
 		stats, err := csi.NewNodeClient(p.conn).NodeGetVolumeStats(ctx, statsRequest(connName(0)))
 		if err != nil || len(stats.GetUsage()) != 1 {
 			return fmt.Errorf("%s: NodeGetVolumeStats = %v, %v", p.name, stats, err)

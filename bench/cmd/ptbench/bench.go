@@ -85,6 +85,17 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	if err != nil {
 		return nil, err
 	}
+	bins := [][2]string{{"ptbench (load generator, no-op upstream)", self},
+		{"typed forwarder", forwarderBin(dir, "typed")}, {"raw forwarder", forwarderBin(dir, "raw")}, {"proxy-topology", bin}}
+	var also [][2]string
+	if o.compare != "" {
+		also = append(also, [2]string{"compare", o.compare})
+	}
+	line, err := checkLayouts(bins, also)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Println(line)
 	b = &bench{o: o, pprof: map[string]string{}}
 	started := b // b is nil once an error is returned
 	defer func() {
@@ -105,23 +116,16 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		b.pprof[path] = addr
 		return []string{flag, addr}, err
 	}
-	// Each forwarder runs from a copy of this binary: a file of its own,
-	// as proxy-topology is, so the CPU caches do not already hold its code
-	// because the load generator and the no-op upstream, which run the
-	// same gRPC code from this very file, have just executed it. Run from
-	// this file, the raw forwarder measured up to 6% faster at concurrency
-	// 1 (docs/performance.md).
+	// Each forwarder is a binary of its own, built by setup, with a code
+	// layout of its own (bench/serve; checkLayouts verifies it).
 	forwarder := func(kind string) (*proc, error) {
-		bin := filepath.Join(dir, "ptbench-"+kind)
-		if err := copyExecutable(self, bin); err != nil {
-			return nil, err
-		}
+		bin := forwarderBin(dir, kind)
 		sock := filepath.Join(dir, kind+".sock")
 		extra, err := pprofArgs(kind, "-pprof-address")
 		if err != nil {
 			return nil, err
 		}
-		argv := append([]string{bin, kind, "-listen", sock, "-upstream", "unix://" + noopSock}, extra...)
+		argv := append([]string{bin, "-listen", sock, "-upstream", "unix://" + noopSock}, extra...)
 		return start(ctx, dir, kind, sock, nil, argv...)
 	}
 	if b.raw, err = forwarder("raw"); err != nil {
@@ -249,15 +253,6 @@ func (b *bench) quiet(ctx context.Context, least, timeout time.Duration) (time.D
 		}
 		prev = cur
 	}
-}
-
-// copyExecutable copies the file src to dst, executable.
-func copyExecutable(src, dst string) error {
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(dst, data, 0o755)
 }
 
 func writeFile(path, data string) error {

@@ -31,10 +31,6 @@ func main() {
 		switch os.Args[1] {
 		case "noop":
 			os.Exit(noopMain(os.Args[2:]))
-		case "raw":
-			os.Exit(rawMain(os.Args[2:]))
-		case "typed":
-			os.Exit(typedMain(os.Args[2:]))
 		}
 	}
 	os.Exit(benchMain(os.Args[1:]))
@@ -214,19 +210,40 @@ func setup(o *options) (root, dir, bin string, cleanup func(), err error) {
 		fmt.Println("keeping", dir)
 		cleanup = func() {}
 	}
+	build := func(out, pkg string) error {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build %s: %w", pkg, err)
+		}
+		return nil
+	}
 	bin = o.proxyBin
 	if bin == "" {
 		bin = filepath.Join(dir, "proxy-topology")
 		fmt.Println("building proxy-topology ...")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/proxy-topology")
-		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
+		if err := build(bin, "./cmd/proxy-topology"); err != nil {
 			cleanup()
-			return "", "", "", nil, fmt.Errorf("go build ./cmd/proxy-topology: %w", err)
+			return "", "", "", nil, err
+		}
+	}
+	// The forwarders are binaries of their own (bench/serve says why); the
+	// real-work section alone (-only realwork) does not run them.
+	if len(o.only) > 0 {
+		return root, dir, bin, cleanup, nil
+	}
+	fmt.Println("building the typed and raw forwarders ...")
+	for _, kind := range []string{"typed", "raw"} {
+		if err := build(forwarderBin(dir, kind), "./bench/cmd/"+kind+"forwarder"); err != nil {
+			cleanup()
+			return "", "", "", nil, err
 		}
 	}
 	return root, dir, bin, cleanup, nil
 }
+
+// forwarderBin is where setup builds the typed or raw forwarder.
+func forwarderBin(dir, kind string) string { return filepath.Join(dir, kind+"forwarder") }
 
 func runProfile(o options) error {
 	_, dir, bin, cleanup, err := setup(&o)

@@ -114,8 +114,8 @@ type Observer interface {
 // there, this puts 320; with CreateVolume's frame cut the same way
 // (prepareCreate), a proxied call fits in an 8 KiB stack. Over it, a
 // stream worker grew its stack to 16 KiB deep in the upstream call after
-// every collection had shrunk it (docs/performance.md, "Frames that fit
-// the worker's stack").
+// every collection had shrunk it (docs/performance.md, "Stream workers
+// and their stacks").
 func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	return grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		ctx, cl, method, debug := rpcStart(ctx, log, info, req)

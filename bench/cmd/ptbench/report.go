@@ -245,10 +245,11 @@ func targets(res *Results) (goals, reports []Target) {
 }
 
 // compareNote is printed under a table with a compare path: a fifth server
-// in the rounds moves the other paths' latencies at concurrency 1, so an
-// A/B test compares its two builds with each other, and its ratios to the
-// floors are not make bench's (docs/performance.md, "Concurrency 1: the
-// scheduler weighs the extra CPU").
+// in the rounds moves the other paths' latencies at concurrency 1, and a
+// compare build of nearly the proxy's code has nearly its code layout, so
+// the two train the CPU's branch predictors for each other there. An A/B
+// test compares its two builds with each other; its ratios to the floors
+// are not make bench's (docs/performance.md, "What is measured").
 const compareNote = "note: the compare path adds a server to the rounds, which moves every path's concurrency-1 latency:\n" +
 	"      compare proxy with compare; these ratios to typed and raw are not comparable with make bench's"
 

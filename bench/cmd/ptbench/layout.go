@@ -18,7 +18,7 @@ const layoutSymbol = "google.golang.org/grpc/internal/transport.(*http2Server).o
 // process taught them to another that runs the same code at the same
 // addresses: a typed forwarder run from a copy of ptbench, whose load
 // generator and no-op upstream had just executed the same gRPC code,
-// needed 10–15% less CPU per call there than one built as a binary of its
+// needed 13–18% less CPU per call there than one built as a binary of its
 // own (docs/performance.md, "One code layout per server"). It returns a
 // line describing the layouts. A binary that is not Go or has no such
 // function cannot be checked and is named in the line. The

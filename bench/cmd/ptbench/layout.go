@@ -11,19 +11,20 @@ import (
 // gRPC's server transport reading a request's headers.
 const layoutSymbol = "google.golang.org/grpc/internal/transport.(*http2Server).operateHeaders"
 
-// checkLayouts verifies that no two of the binaries (name → path) place
-// layoutSymbol at the same address. At concurrency 1 the processes take
-// turns on the same cores, and the CPU's branch predictors, indexed by
-// virtual address and not flushed between processes, carry what one
-// process taught them to another that runs the same code at the same
-// addresses: a typed forwarder run from a copy of ptbench, whose load
-// generator and no-op upstream had just executed the same gRPC code,
-// needed 13–18% less CPU per call there than one built as a binary of its
-// own (docs/performance.md, "One code layout per server"). It returns a
-// line describing the layouts. A binary that is not Go or has no such
-// function cannot be checked and is named in the line. The
-// binaries in also (an A/B's compare build, which may well share the
-// proxy's layout) are described, not checked.
+// checkLayouts verifies that no two of bins (name and path of each
+// binary) place layoutSymbol at the same address, and returns a line
+// describing the layouts. At concurrency 1 the processes take turns on the
+// same cores, and the CPU's branch predictors, indexed by virtual address
+// and not flushed between processes, carry what one process taught them to
+// another that runs the same code at the same addresses: a typed forwarder
+// run from a copy of ptbench, whose load generator and no-op upstream had
+// just executed the same gRPC code, needed 13–18% less CPU per call there
+// than one built as a binary of its own (docs/performance.md, "One code
+// layout per server").
+//
+// The binaries in also (an A/B's compare build, which may well share the
+// proxy's layout) are described, not checked. A binary that is not Go or
+// has no such function cannot be checked and is named in the line.
 func checkLayouts(bins, also [][2]string) (string, error) {
 	seen := map[uint64]string{}
 	var parts, unchecked []string

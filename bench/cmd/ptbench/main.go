@@ -100,7 +100,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.conc, "concurrency", 64, "the high concurrency")
 	fs.IntVar(&o.connections, "connections", 10000, "connection files for the scale and memory measurements")
 	fs.IntVar(&o.probeN, "probe-n", 25, "Probe calls per path per round")
-	fs.IntVar(&o.burstRounds, "burst-rounds", 5, "interleaved rounds of the local-hostpath burst")
+	fs.IntVar(&o.burstRounds, "burst-rounds", 15, "interleaved rounds of the local-hostpath burst")
 	fs.IntVar(&o.burstPairs, "burst-pairs", 1000, "CreateVolume+DeleteVolume pairs per path per burst")
 	fs.IntVar(&o.burstConc, "burst-concurrency", 100, "concurrency of the burst")
 	fs.IntVar(&o.nodeRules, "node-rules", 50, "fromRegexp rules of the node plugin whose idle memory is measured (even, at most 200)")

@@ -48,6 +48,10 @@ type bench struct {
 	// (main config driver: local-hostpath); hpProxy is proxy-topology with
 	// one local-hostpath connection. Each has its own base path.
 	hpDirect, hpProxy *proc
+	// burstFS says where hpDirect and hpProxy keep their volumes
+	// (burstFS()); releaseFS unmounts it once they have stopped.
+	burstFS   string
+	releaseFS func()
 	// nodeSegments is what the node plugin's NodeGetInfo must report.
 	nodeSegments map[string]string
 	// written is when the last connection file was written.
@@ -74,6 +78,10 @@ func (b *bench) stop() {
 		p.stop()
 	}
 	b.noop, b.raw, b.typed, b.p1, b.compare, b.pMany, b.node, b.hpDirect, b.hpProxy = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	if b.releaseFS != nil {
+		b.releaseFS()
+		b.releaseFS = nil
+	}
 }
 
 // startBench starts the no-op upstream, the raw and typed forwarders and
@@ -160,7 +168,9 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 	}
 	// hostpath starts the two local-hostpath servers of the burst.
 	hostpath := func() error {
-		cfg, err := writeHostpathDirect(filepath.Join(dir, "hostpath-direct"))
+		var base string
+		base, b.burstFS, b.releaseFS = burstFS(dir)
+		cfg, err := writeHostpathDirect(filepath.Join(base, "hostpath-direct"))
 		if err != nil {
 			return err
 		}
@@ -171,7 +181,7 @@ func startBench(ctx context.Context, dir, bin string, o options) (b *bench, err 
 		if b.hpDirect, err = serve("hostpath-direct", bin, cfg, "all", nil, extra...); err != nil {
 			return err
 		}
-		if cfg, err = writeHostpathProxy(filepath.Join(dir, "hostpath-proxy")); err != nil {
+		if cfg, err = writeHostpathProxy(filepath.Join(base, "hostpath-proxy")); err != nil {
 			return err
 		}
 		b.written = time.Now()

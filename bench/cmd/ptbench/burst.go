@@ -50,15 +50,17 @@ func (c *burstCounter) pair(p *proc, conn string) load.Call {
 // burst measures CreateVolume+DeleteVolume pairs at the burst concurrency
 // against the built-in local-hostpath driver served on its own (direct)
 // and through proxy-topology (proxy), in interleaved rounds; the volumes
-// are real directories with their records under the run's temporary
-// directory. Afterwards neither driver may list a volume.
+// are real directories with their records, on a fresh file system when
+// ptbench can make one (burstFS). Afterwards neither driver may list a
+// volume.
 func (b *bench) burst(ctx context.Context, res *Results) error {
 	var c burstCounter
 	paths := []load.Path{
 		{Name: "direct", Call: c.pair(b.hpDirect, hostpathConn), CPU: b.hpDirect.cpu},
 		{Name: "proxy", Call: c.pair(b.hpProxy, hostpathConn), CPU: b.hpProxy.cpu},
 	}
-	fmt.Printf("burst CreateVolume+DeleteVolume c=%d: %d rounds x %d pairs x %d paths ...\n", b.o.burstConc, b.o.burstRounds, b.o.burstPairs, len(paths))
+	fmt.Printf("burst CreateVolume+DeleteVolume c=%d: %d rounds x %d pairs x %d paths, volumes on %s ...\n", b.o.burstConc, b.o.burstRounds, b.o.burstPairs, len(paths), b.burstFS)
+	res.BurstFS = b.burstFS
 	samples, err := load.Rounds(ctx, paths, b.o.burstRounds, b.o.burstConc, b.o.burstPairs)
 	if err != nil {
 		return fmt.Errorf("burst: %w", err)

@@ -35,6 +35,8 @@ type Results struct {
 	BurstErrors      int64        `json:"burst_errors"`
 	BurstFirstError  string       `json:"burst_first_error,omitempty"`
 	BurstVolumesLeft int          `json:"burst_volumes_left"`
+	// BurstFS is where the burst's volumes were (burstFS).
+	BurstFS string `json:"burst_fs,omitempty"`
 	// Scale: CreateVolume with one connection file vs many, typed as the
 	// drift reference.
 	Scale []PathResult `json:"scale"`
@@ -288,6 +290,9 @@ func printReport(w io.Writer, res *Results) {
 	if len(res.Burst) > 0 {
 		table("burst to local-hostpath (interleaved rounds; a call is a CreateVolume+DeleteVolume pair)", res.Burst, "direct")
 		fmt.Fprintf(w, "failed pairs: %d; volumes left afterwards: %d\n", res.BurstErrors, res.BurstVolumesLeft)
+		if res.BurstFS != "" {
+			fmt.Fprintf(w, "volumes on %s\n", res.BurstFS)
+		}
 		if res.BurstFirstError != "" {
 			fmt.Fprintf(w, "first failure: %s\n", res.BurstFirstError)
 		}

@@ -20,9 +20,11 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -177,6 +179,15 @@ func benchMain(args []string) int {
 	return 0
 }
 
+// runContext is a run's context: it ends after 30 minutes, or at SIGINT or
+// SIGTERM, so that an interrupted run still stops its servers, unmounts the
+// burst's file system and removes its temporary directory.
+func runContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	return ctx, func() { cancel(); stop() }
+}
+
 // moduleRoot finds the directory holding go.mod, from the working directory
 // up.
 func moduleRoot() (string, error) {
@@ -251,7 +262,7 @@ func runProfile(o options) error {
 		return err
 	}
 	defer cleanup()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := runContext()
 	defer cancel()
 	b, err := startBench(ctx, dir, bin, o)
 	if err != nil {
@@ -278,7 +289,7 @@ func run(o options) (*Results, error) {
 	}
 	defer cleanup()
 	res.Revision = revision(root)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := runContext()
 	defer cancel()
 	if len(o.only) == 0 {
 		b, err := startBench(ctx, dir, bin, o)

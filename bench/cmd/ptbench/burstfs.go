@@ -27,7 +27,7 @@ const burstFSSize = 2 << 30
 // table), so after the bursts and real-work rounds before it a create cost
 // up to four times the CPU, and more in one server's directory than in the
 // other's for a whole run: proxy/direct 0.72-1.47 over runs on the same
-// code, against 0.95-0.96 on a fresh file system, which mkfs.ext4 gives a
+// code, against 0.93-0.96 on a fresh file system, which mkfs.ext4 gives a
 // journal (docs/performance.md, "The local-hostpath burst").
 func burstFS(dir string) (base, desc string, release func()) {
 	release = func() {}

@@ -124,8 +124,8 @@ func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 			if r := recover(); r != nil {
 				resp, err = rpcPanic(ctx, log, info, r)
 			}
-			cl.release()
 			rpcEnd(ctx, log, observers, method, debug, time.Since(start), resp, err)
+			cl.release()
 		}()
 		return handler(ctx, req)
 	})

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/endpoint"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
 
@@ -151,15 +152,11 @@ func (c *client) dial() error {
 
 // grpcTarget turns a CSI endpoint into a gRPC target.
 func grpcTarget(ep string) (string, error) {
-	switch {
-	case strings.HasPrefix(ep, "unix://"), strings.HasPrefix(ep, "unix:"):
-		return ep, nil
-	case strings.HasPrefix(ep, "/"):
-		return "unix://" + ep, nil
-	case strings.HasPrefix(ep, "tcp://"):
-		return "passthrough:///" + strings.TrimPrefix(ep, "tcp://"), nil
+	parsed, err := endpoint.Parse(ep, endpoint.Dial)
+	if err != nil {
+		return "", fmt.Errorf("--endpoint %w", err)
 	}
-	return "", fmt.Errorf("--endpoint %q: want unix:///path/to/csi.sock, /path/to/csi.sock or tcp://host:port", ep)
+	return parsed.Target(), nil
 }
 
 // noArgs and exactArgs check positional arguments; flags may come before

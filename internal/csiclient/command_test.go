@@ -173,7 +173,7 @@ func TestErrors(t *testing.T) {
 		{"stray argument", []string{"list-volumes", "x"}, ExitUsage, `unexpected argument "x"`},
 		{"no command", nil, ExitUsage, "a command is required"},
 		{"unknown command", []string{"create-volum"}, ExitUsage, `unknown command "create-volum"; did you mean create-volume?`},
-		{"bad endpoint", []string{"info", "--endpoint", "csi.sock"}, ExitUsage, `--endpoint "csi.sock": want unix:///path/to/csi.sock`},
+		{"bad endpoint", []string{"info", "--endpoint", "csi.sock"}, ExitUsage, `--endpoint "csi.sock" is none of unix:///path, /path or tcp://host:port`},
 		{"one term for capacity", []string{"get-capacity", "--topology", "a=1", "--topology", "a=2"}, ExitUsage, "--topology takes one term"},
 		{"block with a file system", []string{"create-volume", "--name", "x", "--block", "--fs-type", "ext4"}, ExitUsage, "--fs-type does not apply to --block"},
 	} {

@@ -30,7 +30,7 @@ func TestGRPCTarget(t *testing.T) {
 	for in, want := range map[string]string{
 		"unix:///run/csi/csi.sock": "unix:///run/csi/csi.sock",
 		"/run/csi/csi.sock":        "unix:///run/csi/csi.sock",
-		"tcp://127.0.0.1:10000":    "passthrough:///127.0.0.1:10000",
+		"tcp://127.0.0.1:10000":    "dns:///127.0.0.1:10000",
 	} {
 		if got, err := grpcTarget(in); err != nil || got != want {
 			t.Errorf("grpcTarget(%q) = %q, %v", in, got, err)

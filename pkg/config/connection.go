@@ -3,16 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/endpoint"
 )
 
 // Connection is one <name>.yaml in the connection folder.
@@ -181,60 +180,12 @@ func (c *Connection) Validate(topo accessible.Options) error {
 	return errors.Join(errs...)
 }
 
-// ValidateEndpoint accepts unix:///absolute/path (also unix:/path) or
-// host:port. A TCP endpoint is used only because it is written here
-// explicitly; nothing is inferred. host:port is checked strictly (a DNS
-// name or IP literal, a numeric port) because gRPC reads anything before
-// a colon as a scheme: "Unix:csi.sock" would otherwise pass as host:port
-// and be dialled as a socket relative to the proxy's working directory.
+// ValidateEndpoint accepts what a connection file may name as an upstream:
+// unix:///absolute/path (also unix:/absolute/path) or host:port, checked as
+// pkg/endpoint checks them.
 func ValidateEndpoint(ep string) error {
-	if rest, ok := strings.CutPrefix(ep, "unix://"); ok {
-		if !filepath.IsAbs(rest) {
-			return fmt.Errorf("%q: unix endpoint needs an absolute path (unix:///path/to/csi.sock)", ep)
-		}
-		return nil
-	}
-	if rest, ok := strings.CutPrefix(ep, "unix:"); ok {
-		if !filepath.IsAbs(rest) {
-			return fmt.Errorf("%q: unix endpoint needs an absolute path", ep)
-		}
-		return nil
-	}
-	if strings.Contains(ep, "://") {
-		return fmt.Errorf("%q: only unix:// and host:port endpoints are supported", ep)
-	}
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("%q is neither unix:///path nor host:port", ep)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '0' || port[0] == '+' {
-		return fmt.Errorf("%q: port %q is not a number from 1 to 65535 (a unix socket is written unix:///path)", ep, port)
-	}
-	if net.ParseIP(host) == nil && !isHostname(host) {
-		return fmt.Errorf("%q: host %q is neither a DNS name nor an IP address (a unix socket is written unix:///path)", ep, host)
-	}
-	return nil
-}
-
-// isHostname reports whether s is a DNS name: dot-separated labels of
-// letters, digits and inner hyphens, with an optional trailing dot.
-func isHostname(s string) bool {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
+	_, err := endpoint.Parse(ep, endpoint.Upstream)
+	return err
 }
 
 // hideSecrets removes the values under csi.secrets from a decode error.

@@ -485,48 +485,6 @@ func TestParseConnectionUnknownProxyKeys(t *testing.T) {
 	}
 }
 
-func TestValidateEndpoint(t *testing.T) {
-	valid := []string{
-		"unix:///csi/csi.sock",
-		"unix:///",
-		"unix:/csi/csi.sock",
-		"localhost:10000",
-		"nfs.example.com:9000",
-		"10.0.0.1:9000",
-		"[::1]:9000",
-	}
-	for _, ep := range valid {
-		t.Run("valid "+ep, func(t *testing.T) {
-			if err := ValidateEndpoint(ep); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	tests := []struct{ ep, want string }{
-		{"unix://csi.sock", `"unix://csi.sock": unix endpoint needs an absolute path (unix:///path/to/csi.sock)`},
-		{"unix://", `"unix://": unix endpoint needs an absolute path (unix:///path/to/csi.sock)`},
-		{"unix:csi.sock", `"unix:csi.sock": unix endpoint needs an absolute path`},
-		{"unix:", `"unix:": unix endpoint needs an absolute path`},
-		{"http://x", `"http://x": only unix:// and host:port endpoints are supported`},
-		{"dns:///host:9000", `"dns:///host:9000": only unix:// and host:port endpoints are supported`},
-		{"tcp://host:9000", `"tcp://host:9000": only unix:// and host:port endpoints are supported`},
-		{"foo", `"foo" is neither unix:///path nor host:port`},
-		{"/csi/csi.sock", `"/csi/csi.sock" is neither unix:///path nor host:port`},
-		{":9000", `":9000" is neither unix:///path nor host:port`},
-		{"host:", `"host:" is neither unix:///path nor host:port`},
-		{"::1:9000", `"::1:9000" is neither unix:///path nor host:port`},
-		{"", `"" is neither unix:///path nor host:port`},
-	}
-	for _, tt := range tests {
-		t.Run("invalid "+tt.ep, func(t *testing.T) {
-			err := ValidateEndpoint(tt.ep)
-			if err == nil || err.Error() != tt.want {
-				t.Errorf("ValidateEndpoint(%q) = %v, want %s", tt.ep, err, tt.want)
-			}
-		})
-	}
-}
-
 func TestNodeIDTemplate(t *testing.T) {
 	tests := []struct {
 		template, node, rendered string

@@ -7,9 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	pendpoint "github.com/democratic-csi/proxy-topology/pkg/endpoint"
 )
 
 // DefaultEndpoint is where the socket lives unless --csi-endpoint says
@@ -21,18 +22,14 @@ const DefaultEndpoint = "unix:///run/csi/csi.sock"
 // created (0750), a stale socket is removed only if nothing answers on it,
 // and the socket is made 0660 so only the owner and its group can call it.
 func Listen(endpoint string) (net.Listener, error) {
-	if rest, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
-		return net.Listen("tcp", rest)
+	ep, err := pendpoint.Parse(endpoint, pendpoint.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("--csi-endpoint %w", err)
 	}
-	path, ok := strings.CutPrefix(endpoint, "unix://")
-	if !ok {
-		if path, ok = strings.CutPrefix(endpoint, "unix:"); !ok {
-			return nil, fmt.Errorf("--csi-endpoint %q: want unix:///path/to/csi.sock or tcp://host:port", endpoint)
-		}
+	if ep.Scheme == pendpoint.TCP {
+		return net.Listen("tcp", ep.Address)
 	}
-	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("--csi-endpoint %q: socket path must be absolute", endpoint)
-	}
+	path := ep.Address
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	pendpoint "github.com/democratic-csi/proxy-topology/pkg/endpoint"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -272,11 +273,8 @@ func (d *Driver) refusedLoop(c *connection.Connection) error {
 
 // socketPath is the file of a unix endpoint, "" for anything else.
 func socketPath(ep string) string {
-	if p, ok := strings.CutPrefix(ep, "unix://"); ok {
-		return filepath.Clean(p)
-	}
-	if p, ok := strings.CutPrefix(ep, "unix:"); ok {
-		return filepath.Clean(p)
+	if e, err := pendpoint.Parse(ep, pendpoint.UnixURL); err == nil {
+		return e.Address
 	}
 	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/endpoint"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -26,8 +27,9 @@ type Client struct {
 	Controller csi.ControllerClient
 	Node       csi.NodeClient
 
-	conn  *grpc.ClientConn // nil for the built-in driver
-	local *localDriver     // the in-process built-in driver, if any
+	conn     *grpc.ClientConn  // nil for the built-in driver
+	endpoint endpoint.Endpoint // what conn dials
+	local    *localDriver      // the in-process built-in driver, if any
 	// intercept is the Pool's interceptor, which calls on the built-in
 	// driver run through (local.go).
 	intercept grpc.UnaryClientInterceptor

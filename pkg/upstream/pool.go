@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/endpoint"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -178,18 +179,17 @@ var (
 )
 
 // CSI leases the shared client of an external endpoint (unix:///path or
-// host:port) for the connection owner. grpc.NewClient does not dial, so
-// this does not wait for the upstream.
-func (p *Pool) CSI(ctx context.Context, owner, endpoint string) (*Lease, error) {
-	return p.acquire(ctx, "csi:"+endpoint, owner, nil, func() (*Client, error) {
-		c := newClient(endpoint)
-		target := endpoint
-		if !strings.HasPrefix(endpoint, "unix:") {
-			// host:port, explicitly DNS: gRPC would read a host such as
-			// "unix-abstract" or "passthrough" as a scheme.
-			target = "dns:///" + endpoint
+// host:port, as a connection file names it) for the connection owner.
+// grpc.NewClient does not dial, so this does not wait for the upstream.
+func (p *Pool) CSI(ctx context.Context, owner, ep string) (*Lease, error) {
+	return p.acquire(ctx, "csi:"+ep, owner, nil, func() (*Client, error) {
+		parsed, err := endpoint.Parse(ep, endpoint.Upstream)
+		if err != nil {
+			return nil, err
 		}
-		conn, err := grpc.NewClient(target,
+		c := newClient(ep)
+		c.endpoint = parsed
+		conn, err := grpc.NewClient(parsed.Target(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(reconnectBackoff),
 			grpc.WithStaticStreamWindowSize(FlowWindow),
@@ -198,23 +198,21 @@ func (p *Pool) CSI(ctx context.Context, owner, endpoint string) (*Lease, error) 
 			grpc.WithChainUnaryInterceptor(p.intercept(c)),
 		)
 		if err != nil {
-			return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
+			return nil, fmt.Errorf("endpoint %s: %w", ep, err)
 		}
 		c.attach(conn)
 		return c, nil
 	})
 }
 
-// dial connects to the upstream. gRPC hands a custom dialer unix targets
-// as "unix://<path>" and resolved TCP addresses as host:port. Every
-// connection after the first may reach another upstream process (a
-// restart, an upgrade), so it empties the capability cache.
+// dial connects to the upstream: its socket, or the address gRPC resolved
+// for its host:port. Every connection after the first may reach another
+// upstream process (a restart, an upgrade), so it empties the capability
+// cache.
 func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
 	network := "tcp"
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		network, addr = "unix", path
-	} else if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, addr = "unix", path
+	if c.endpoint.Scheme == endpoint.Unix {
+		network, addr = "unix", c.endpoint.Address
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err == nil && c.dials.Add(1) > 1 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestCLI drives a running proxy with the binary's own client, as an admin
@@ -21,11 +22,11 @@ import (
 func TestCLI(t *testing.T) {
 	dir := newTestDir(t)
 	connDir := filepath.Join(dir, "connections")
-	writeFile(t, filepath.Join(connDir, "zonal.yaml"), fmt.Sprintf(
+	testkit.WriteFile(t, filepath.Join(connDir, "zonal.yaml"), fmt.Sprintf(
 		"driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements:\n        zone: zone1\n",
-		filepath.Join(dir, "storage")))
+		filepath.Join(dir, "storage")), 0o640)
 	cfg := filepath.Join(dir, "config", "proxy.yaml")
-	writeFile(t, cfg, proxyConfig(connDir, filepath.Join(dir, "hosts", "cli")))
+	testkit.WriteFile(t, cfg, proxyConfig(connDir, filepath.Join(dir, "hosts", "cli")), 0o640)
 	p := startProcess(t, dir, processSpec{name: "cli", mode: "all", nodeID: "node-zone1-01", config: cfg})
 	ep := "unix://" + p.sock
 
@@ -138,10 +139,10 @@ func TestCLIHelpAndExitCodes(t *testing.T) {
 func TestCLIServesWithoutCommand(t *testing.T) {
 	dir := newTestDir(t)
 	connDir := filepath.Join(dir, "connections")
-	writeFile(t, filepath.Join(connDir, "local.yaml"), fmt.Sprintf(
-		"driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", filepath.Join(dir, "storage")))
+	testkit.WriteFile(t, filepath.Join(connDir, "local.yaml"), fmt.Sprintf(
+		"driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", filepath.Join(dir, "storage")), 0o640)
 	cfg := filepath.Join(dir, "config", "proxy.yaml")
-	writeFile(t, cfg, proxyConfig(connDir, filepath.Join(dir, "hosts", "default")))
+	testkit.WriteFile(t, cfg, proxyConfig(connDir, filepath.Join(dir, "hosts", "default")), 0o640)
 	sock := filepath.Join(dir, "sock", "csi.sock")
 	ep := "unix://" + sock
 	cmd := exec.Command(binary, "--config="+cfg, "--csi-endpoint="+ep, "--mode=all", "--node-id=node-cli-zone1", "--log-level=debug")

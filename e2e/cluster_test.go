@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 const (
@@ -103,16 +105,6 @@ func newTestDir(t *testing.T) string {
 	return dir
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o640); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // proxyConfig is the main config of the proxy processes. Nodes report only
 // rule segments (type zone); the rules are tried in order and the first
 // that yields the zone wins. hostDir stands for the node's host file
@@ -188,9 +180,9 @@ func startCluster(t *testing.T) *cluster {
 		config: cfg("upstream-all", upstreamConfig(c.bases["all"], false))})
 
 	c.endpoints = map[string]string{"z1": "unix://" + up1.sock, "z2": "unix://" + up2.sock, "all": "unix://" + upAll.sock}
-	writeFile(t, filepath.Join(c.connDir, "z1.yaml"), csiConnection(c.endpoints["z1"], "zone1", nil))
-	writeFile(t, filepath.Join(c.connDir, "z2.yaml"), csiConnection(c.endpoints["z2"], "zone2", map[string]string{extraKey: extraValue}))
-	writeFile(t, filepath.Join(c.connDir, "all.yaml"), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: %s\n", c.endpoints["all"]))
+	testkit.WriteFile(t, filepath.Join(c.connDir, "z1.yaml"), csiConnection(c.endpoints["z1"], "zone1", nil), 0o640)
+	testkit.WriteFile(t, filepath.Join(c.connDir, "z2.yaml"), csiConnection(c.endpoints["z2"], "zone2", map[string]string{extraKey: extraValue}), 0o640)
+	testkit.WriteFile(t, filepath.Join(c.connDir, "all.yaml"), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: %s\n", c.endpoints["all"]), 0o640)
 
 	// The controller's own host has no zone file; it evaluates no rules.
 	ctrl := launch(t, dir, processSpec{name: "controller", mode: "controller", nodeID: "controller", logFormat: "json",
@@ -198,7 +190,7 @@ func startCluster(t *testing.T) *cluster {
 
 	// Every node has the same rules; only node name, env and host file
 	// differ. node-c's file ends in a newline, which the rule must trim.
-	writeFile(t, filepath.Join(dir, "hosts", nodeC, "zone"), "zone2\n")
+	testkit.WriteFile(t, filepath.Join(dir, "hosts", nodeC, "zone"), "zone2\n", 0o640)
 	specs := []struct {
 		name  string
 		env   []string
@@ -231,7 +223,7 @@ func startCluster(t *testing.T) *cluster {
 func (c *cluster) writeConfig(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(c.dir, "config", name+".yaml")
-	writeFile(t, p, content)
+	testkit.WriteFile(t, p, content, 0o640)
 	return p
 }
 

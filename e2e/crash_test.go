@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestCrashMidStorm kills the proxy (kill -9) while 16 callers run
@@ -45,9 +47,9 @@ func TestCrashMidStorm(t *testing.T) {
 	dir := newTestDir(t)
 	base := filepath.Join(dir, "storage")
 	connDir := filepath.Join(dir, "connections")
-	writeFile(t, filepath.Join(connDir, "crash.yaml"), "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+base+"\n")
+	testkit.WriteFile(t, filepath.Join(connDir, "crash.yaml"), "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+base+"\n", 0o640)
 	cfg := filepath.Join(dir, "config", "proxy.yaml")
-	writeFile(t, cfg, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n", connDir))
+	testkit.WriteFile(t, cfg, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n", connDir), 0o640)
 	spec := processSpec{name: "proxy", mode: "controller", nodeID: "node-1", config: cfg}
 
 	m := newCrashModel()
@@ -286,7 +288,7 @@ func (m *crashModel) verify(t *testing.T, p *process, base, when string) {
 	ctrl := csi.NewControllerClient(p.conn)
 	// The built-in driver starts (and recovers) on the connection's first
 	// call.
-	listed := listAllVolumes(t, ctrl)
+	listed := testkit.Volumes(testkit.ListAllVolumes(callCtx(t), t, ctrl, 0))
 	log, _ := os.ReadFile(p.logPath)
 	removed := strings.Count(string(log), "recovery: removing data without a record")
 	m.checkState(t, ctrl, base, listed, when)
@@ -329,7 +331,7 @@ func (m *crashModel) verify(t *testing.T, p *process, base, when string) {
 			m.deleted[c.id] = true
 		}
 	}
-	m.checkState(t, ctrl, base, listAllVolumes(t, ctrl), when+", after the retries")
+	m.checkState(t, ctrl, base, testkit.Volumes(testkit.ListAllVolumes(callCtx(t), t, ctrl, 0)), when+", after the retries")
 	t.Logf("%s: %d volumes, %d snapshots, %d deleted; %d unanswered calls retried; the driver's recovery removed %d leftovers (data without a record) and purged %d work areas",
 		when, len(m.volumes), len(m.snaps), len(m.deleted), len(unanswered), removed,
 		strings.Count(string(log), "removed work left by a previous run"))
@@ -530,22 +532,4 @@ func readDir(t *testing.T, dir string) []string {
 		names[i] = e.Name()
 	}
 	return names
-}
-
-func listAllVolumes(t *testing.T, ctrl csi.ControllerClient) map[string]*csi.Volume {
-	t.Helper()
-	out := map[string]*csi.Volume{}
-	token := ""
-	for {
-		resp, err := ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{StartingToken: token})
-		if err != nil {
-			t.Fatalf("ListVolumes: %v", err)
-		}
-		for _, e := range resp.GetEntries() {
-			out[e.GetVolume().GetVolumeId()] = e.GetVolume()
-		}
-		if token = resp.GetNextToken(); token == "" {
-			return out
-		}
-	}
 }

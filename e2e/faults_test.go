@@ -22,6 +22,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // faultRig is a proxy (mode all, JSON log, metrics on) in front of two
@@ -73,7 +75,7 @@ func startFaultRig(t *testing.T) *faultRig {
 
 	cfg := func(name, content string) string {
 		p := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, p, content)
+		testkit.WriteFile(t, p, content, 0o640)
 		return p
 	}
 	r.up1Spec = processSpec{name: "up1", mode: "all", nodeID: "up1", config: cfg("up1", upstreamConfig(r.bases["flaky"], false))}
@@ -92,7 +94,7 @@ func startFaultRig(t *testing.T) *faultRig {
 		"relative": "driver: csi\ncsi:\n  endpoint: Unix:relative.sock\n",
 	}
 	for name, content := range conns {
-		writeFile(t, filepath.Join(r.connDir, name+".yaml"), content)
+		testkit.WriteFile(t, filepath.Join(r.connDir, name+".yaml"), content, 0o640)
 	}
 	main := fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n  nodeTopology:\n    type: cluster\n    prefix: %s\n", r.connDir, prefix)
 	r.proxy = launch(t, dir, processSpec{name: "proxy", mode: "all", nodeID: "node-1", logFormat: "json",

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // groupRig is one proxy (controller and node in one process, as on a
@@ -40,7 +41,7 @@ func startGroupRig(t *testing.T) *groupRig {
 	}
 	cfgPath := func(name, content string) string {
 		p := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, p, content)
+		testkit.WriteFile(t, p, content, 0o640)
 		return p
 	}
 	up := startProcess(t, dir, processSpec{name: "upstream-zone2", mode: "all", nodeID: "node-g-zone2",
@@ -48,10 +49,10 @@ func startGroupRig(t *testing.T) *groupRig {
 	zoneTopo := func(zone string) string {
 		return fmt.Sprintf("proxy:\n  perDriver:\n    topology:\n    - requirements:\n        zone: %s\n", zone)
 	}
-	writeFile(t, filepath.Join(r.connDir, "g-zone1.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n  stage: true\n", r.bases["g-zone1"])+zoneTopo("zone1"))
-	writeFile(t, filepath.Join(r.connDir, "g-zone2.yaml"), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix://%s\n", up.sock)+zoneTopo("zone2"))
-	writeFile(t, filepath.Join(r.connDir, "g-zone3.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", r.bases["g-zone3"])+zoneTopo("zone3"))
-	writeFile(t, filepath.Join(r.connDir, "zones.yaml"), "driver: group\ngroup:\n  members: [g-zone1, g-zone2, g-zone3]\n")
+	testkit.WriteFile(t, filepath.Join(r.connDir, "g-zone1.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n  stage: true\n", r.bases["g-zone1"])+zoneTopo("zone1"), 0o640)
+	testkit.WriteFile(t, filepath.Join(r.connDir, "g-zone2.yaml"), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix://%s\n", up.sock)+zoneTopo("zone2"), 0o640)
+	testkit.WriteFile(t, filepath.Join(r.connDir, "g-zone3.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", r.bases["g-zone3"])+zoneTopo("zone3"), 0o640)
+	testkit.WriteFile(t, filepath.Join(r.connDir, "zones.yaml"), "driver: group\ngroup:\n  members: [g-zone1, g-zone2, g-zone3]\n", 0o640)
 	p := startProcess(t, dir, processSpec{name: "proxy", mode: "all", nodeID: "node-g-zone2",
 		config: cfgPath("proxy", proxyConfig(r.connDir, filepath.Join(dir, "hosts", "proxy")))})
 	r.controller = csi.NewControllerClient(p.conn)
@@ -236,7 +237,7 @@ func TestGroupRouting(t *testing.T) {
 		if _, err := r.node.NodePublishVolume(callCtx(t), &csi.NodePublishVolumeRequest{VolumeId: v2, StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCapability()}); err != nil {
 			t.Fatalf("NodePublishVolume: %v", err)
 		}
-		writeFile(t, filepath.Join(target, "hello"), "from the group's pod")
+		testkit.WriteFile(t, filepath.Join(target, "hello"), "from the group's pod", 0o640)
 		handle := v2[strings.Index(v2, "/")+1:]
 		if b, err := os.ReadFile(filepath.Join(r.bases["g-zone2"], "volumes", handle, "hello")); err != nil || string(b) != "from the group's pod" {
 			t.Errorf("the file written at the target is not in g-zone2's volume: %q, %v", b, err)
@@ -303,8 +304,8 @@ func near(a, b int64) bool {
 // the missing file repairs the group without touching it.
 func TestGroupMembersAtRunTime(t *testing.T) {
 	r := startGroupRig(t)
-	writeFile(t, filepath.Join(r.connDir, "partial.yaml"), "driver: group\ngroup:\n  members: [g-zone1, later, zones]\n")
-	writeFile(t, filepath.Join(r.connDir, "broken.yaml"), "driver: group\ngroup:\n  members: []\n")
+	testkit.WriteFile(t, filepath.Join(r.connDir, "partial.yaml"), "driver: group\ngroup:\n  members: [g-zone1, later, zones]\n", 0o640)
+	testkit.WriteFile(t, filepath.Join(r.connDir, "broken.yaml"), "driver: group\ngroup:\n  members: []\n", 0o640)
 
 	// zone1 is decided by the first member: the missing one is not needed.
 	resp, err := r.controller.CreateVolume(callCtx(t), createRequest("pvc-partial-zone1", "partial", strict("zone1")))
@@ -330,7 +331,7 @@ func TestGroupMembersAtRunTime(t *testing.T) {
 
 	// The missing member appears; zone3 now passes it and reaches the
 	// third member, a group: an error naming it.
-	writeFile(t, filepath.Join(r.connDir, "later.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone2}\n", filepath.Join(r.dir, "storage", "later")))
+	testkit.WriteFile(t, filepath.Join(r.connDir, "later.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone2}\n", filepath.Join(r.dir, "storage", "later")), 0o640)
 	_, err = r.controller.CreateVolume(callCtx(t), createRequest("pvc-partial-zone3", "partial", strict("zone3")))
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), `member "zones" (group.members[2]) is itself a group`) {
 		t.Errorf("zone3 on partial, member zones a group: %v", err)

@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestHostileNodeTopologyRules starts node plugins whose rules meet a
@@ -25,7 +27,7 @@ func TestHostileNodeTopologyRules(t *testing.T) {
 	dir := newTestDir(t)
 	host := filepath.Join(dir, "host")
 	huge := filepath.Join(host, "huge")
-	writeFile(t, huge, strings.Repeat("zone1\n", 200<<10)) // 1.2 MiB
+	testkit.WriteFile(t, huge, strings.Repeat("zone1\n", 200<<10), 0o640) // 1.2 MiB
 	fifo := filepath.Join(host, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -60,8 +62,8 @@ func TestHostileNodeTopologyRules(t *testing.T) {
 `, huge, fifo, device, missing)
 	config := func(name, extra string) string {
 		p := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, p, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n  nodeTopology:\n    type: zone\n    prefix: %s\n    fromRegexp:\n%s%s",
-			filepath.Join(dir, "connections"), prefix, rules, extra))
+		testkit.WriteFile(t, p, fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n  nodeTopology:\n    type: zone\n    prefix: %s\n    fromRegexp:\n%s%s",
+			filepath.Join(dir, "connections"), prefix, rules, extra), 0o640)
 		return p
 	}
 	wantReasons := []string{

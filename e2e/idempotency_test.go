@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // racers is how many goroutines send the same request at once.
@@ -95,13 +96,13 @@ func TestIdempotentRaces(t *testing.T) {
 	bases := map[string]string{"ext": filepath.Join(dir, "storage", "ext"), "builtin": filepath.Join(dir, "storage", "builtin")}
 	cfg := func(name, content string) string {
 		p := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, p, content)
+		testkit.WriteFile(t, p, content, 0o640)
 		return p
 	}
 	up := launch(t, dir, processSpec{name: "up", mode: "all", nodeID: "up", config: cfg("up", upstreamConfig(bases["ext"], true))})
 	connDir := filepath.Join(dir, "connections")
-	writeFile(t, filepath.Join(connDir, "ext.yaml"), "driver: csi\ncsi:\n  endpoint: unix://"+up.sock+"\n")
-	writeFile(t, filepath.Join(connDir, "builtin.yaml"), "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+bases["builtin"]+"\n  stage: true\n")
+	testkit.WriteFile(t, filepath.Join(connDir, "ext.yaml"), "driver: csi\ncsi:\n  endpoint: unix://"+up.sock+"\n", 0o640)
+	testkit.WriteFile(t, filepath.Join(connDir, "builtin.yaml"), "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+bases["builtin"]+"\n  stage: true\n", 0o640)
 	proxy := launch(t, dir, processSpec{name: "proxy", mode: "all", nodeID: "node-1",
 		config: cfg("proxy", fmt.Sprintf("driver: proxy\nproxy:\n  configFolder: %s\n", connDir))})
 	up.waitReady(t)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -87,7 +88,7 @@ func startIsoRig(t *testing.T) *isoRig {
 		base := filepath.Join(dir, "storage", name)
 		r.bases[name] = base
 		cfg := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, cfg, upstreamConfig(base, false))
+		testkit.WriteFile(t, cfg, upstreamConfig(base, false), 0o640)
 		r.specs[name] = processSpec{name: name, mode: "all", nodeID: "node-1", config: cfg}
 		r.procs[name] = launch(t, dir, r.specs[name])
 	}
@@ -167,7 +168,7 @@ func (r *isoRig) write(t *testing.T, name, content string) {
 	t.Helper()
 	path := filepath.Join(r.connDir, name+".yaml")
 	tmp := filepath.Join(r.connDir, "."+name+".tmp")
-	writeFile(t, tmp, content)
+	testkit.WriteFile(t, tmp, content, 0o640)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // The listing setup's connections, in name order: two csi connections to
@@ -59,7 +61,7 @@ func startListing(t *testing.T) *listing {
 	}
 	config := func(name, content string) string {
 		p := filepath.Join(dir, "config", name+".yaml")
-		writeFile(t, p, content)
+		testkit.WriteFile(t, p, content, 0o640)
 		return p
 	}
 	// csi-a's upstream is node A's local-hostpath: it knows only its own
@@ -113,7 +115,7 @@ func startListing(t *testing.T) *listing {
 // restore (re)writes a connection's file.
 func (l *listing) restore(t *testing.T, conn string) {
 	t.Helper()
-	writeFile(t, filepath.Join(l.connDir, conn+".yaml"), l.files[conn])
+	testkit.WriteFile(t, filepath.Join(l.connDir, conn+".yaml"), l.files[conn], 0o640)
 }
 
 // allVolumes is what a listing must return: every volume, connections in

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // nodeLocalNode is one node of the node-local deployment mode: a
@@ -37,10 +39,10 @@ func startNodeLocalNodes(t *testing.T, nodeLocal bool, names ...string) []*nodeL
 	for _, n := range names {
 		connDir := filepath.Join(dir, "connections", n)
 		disk := filepath.Join(dir, "storage", n)
-		writeFile(t, filepath.Join(connDir, "disk.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", disk))
-		writeFile(t, filepath.Join(connDir, "shared.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone1}\n", shared))
+		testkit.WriteFile(t, filepath.Join(connDir, "disk.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\n", disk), 0o640)
+		testkit.WriteFile(t, filepath.Join(connDir, "shared.yaml"), fmt.Sprintf("driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: %s\nproxy:\n  perDriver:\n    topology:\n    - requirements: {zone: zone1}\n", shared), 0o640)
 		cfg := filepath.Join(dir, "config", n+".yaml")
-		writeFile(t, cfg, fmt.Sprintf(`driver: proxy
+		testkit.WriteFile(t, cfg, fmt.Sprintf(`driver: proxy
 proxy:
   configFolder: %s
   nodeLocal: %t
@@ -51,7 +53,7 @@ proxy:
     - topologyKey: zone
       source: env
       envName: ZONE
-`, connDir, nodeLocal, prefix))
+`, connDir, nodeLocal, prefix), 0o640)
 		p := launch(t, dir, processSpec{name: n, mode: "all", nodeID: n, env: []string{"ZONE=zone1"}, config: cfg})
 		out = append(out, &nodeLocalNode{name: n, disk: disk, proc: p})
 	}

@@ -12,6 +12,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // nodeOutcome is a mode 3 CreateVolume with node selected and its answer.
@@ -120,7 +122,7 @@ func TestConnectionTopologyReload(t *testing.T) {
 func secretUpdate(t *testing.T, dir, file, content, generation string) {
 	t.Helper()
 	old, _ := os.Readlink(filepath.Join(dir, "..data"))
-	writeFile(t, filepath.Join(dir, generation, file), content)
+	testkit.WriteFile(t, filepath.Join(dir, generation, file), content, 0o640)
 	tmp := filepath.Join(dir, "..data_tmp")
 	if err := os.Symlink(generation, tmp); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -63,7 +62,7 @@ func TestProbeWaitsForCapabilities(t *testing.T) {
 			t.Cleanup(func() { cancel(); <-stopped })
 
 			if tc.upAfter > 0 {
-				time.AfterFunc(tc.upAfter, func() { serveUpstream(t, upSock) })
+				time.AfterFunc(tc.upAfter, func() { serveBuiltIn(t, upSock) })
 			}
 			cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
@@ -114,22 +113,15 @@ func TestProbeWaitsForCapabilities(t *testing.T) {
 	}
 }
 
-// serveUpstream serves the built-in driver on a unix socket at path as an
-// external upstream, until the test ends.
-func serveUpstream(t *testing.T, path string) {
+// serveBuiltIn serves the built-in driver on a unix socket at path as an
+// external upstream, until the test ends. It may run on any goroutine.
+func serveBuiltIn(t *testing.T, path string) {
 	d, err := hostpath.New(hostpath.Options{DriverName: "up.example.com", Version: "v1", NodeID: "node-1", BasePath: t.TempDir(),
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	srv := pcsi.NewServer(d, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done; _ = d.Close() })
+	t.Cleanup(func() { _ = d.Close() })
+	testkit.ServeUnix(t, path, d.Register)
 }

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -54,13 +54,6 @@ func controllerCaps(t *testing.T, c csi.ControllerClient) []csi.ControllerServic
 	return out
 }
 
-func wantCode(t *testing.T, err error, code codes.Code) {
-	t.Helper()
-	if status.Code(err) != code {
-		t.Fatalf("got %v, want %s", err, code)
-	}
-}
-
 func TestHiddenCapabilitiesAreUnimplemented(t *testing.T) {
 	conn := client(t, Profile{
 		HideController:    []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_VOLUMES, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME},
@@ -80,11 +73,11 @@ func TestHiddenCapabilitiesAreUnimplemented(t *testing.T) {
 		t.Errorf("CREATE_DELETE_VOLUME was hidden too: %v", caps)
 	}
 	_, err := ctrl.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 	_, err = ctrl.CreateSnapshot(context.Background(), &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "vol-x"})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 	_, err = csi.NewNodeClient(conn).NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: "vol-x", VolumePath: "/x"})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 
 	plugin, err := csi.NewIdentityClient(conn).GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
 	if err != nil {
@@ -104,7 +97,7 @@ func TestNodeOnly(t *testing.T) {
 		t.Errorf("a node-only driver advertises %v", caps)
 	}
 	_, err := ctrl.ValidateVolumeCapabilities(context.Background(), &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "vol-x", VolumeCapabilities: mountCap})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 	plugin, err := csi.NewIdentityClient(conn).GetPluginCapabilities(context.Background(), &csi.GetPluginCapabilitiesRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +169,7 @@ func TestEndlessPaging(t *testing.T) {
 		tok = resp.GetNextToken()
 	}
 	_, err := ctrl.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "bogus"})
-	wantCode(t, err, codes.Aborted)
+	testkit.WantCode(t, err, codes.Aborted)
 }
 
 func TestModifyFollowsEBS(t *testing.T) {
@@ -195,11 +188,11 @@ func TestModifyFollowsEBS(t *testing.T) {
 		t.Errorf("empty mutable_parameters: %v, want success (nothing to modify)", err)
 	}
 	_, err = ctrl.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: map[string]string{"bogus": "1"}})
-	wantCode(t, err, codes.InvalidArgument)
+	testkit.WantCode(t, err, codes.InvalidArgument)
 	_, err = ctrl.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: "vol-00000000000000000000000000000000", MutableParameters: map[string]string{"iops": "1"}})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 	_, err = ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "v2", VolumeCapabilities: mountCap, MutableParameters: map[string]string{"bogus": "1"}})
-	wantCode(t, err, codes.InvalidArgument)
+	testkit.WantCode(t, err, codes.InvalidArgument)
 }
 
 func TestHangAnswersNothing(t *testing.T) {
@@ -207,7 +200,7 @@ func TestHangAnswersNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
-	wantCode(t, err, codes.DeadlineExceeded)
+	testkit.WantCode(t, err, codes.DeadlineExceeded)
 }
 
 func TestValidateRefusesUnknownCapabilities(t *testing.T) {

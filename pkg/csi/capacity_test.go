@@ -6,6 +6,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 )
 
@@ -56,7 +57,7 @@ func TestGetCapacityPerSegment(t *testing.T) {
 			}
 			resp, err := p.Controller.GetCapacity(callCtx(t), &csi.GetCapacityRequest{
 				Parameters: map[string]string{"connection": tt.conn}, AccessibleTopology: tt.segment,
-				VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 )
 
@@ -16,7 +17,7 @@ func createReq(name string, params map[string]string) *csi.CreateVolumeRequest {
 	return &csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: 1 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 		Parameters:         params,
 	}
 }
@@ -89,7 +90,7 @@ func TestCreateVolumeResolvesConnection(t *testing.T) {
 
 			resp, err := p.Controller.CreateVolume(callCtx(t), tt.req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 				for name, f := range fakes {
 					if got := f.routed(); len(got) != 0 {
 						t.Errorf("fake %s received %v, want nothing", name, got)
@@ -127,7 +128,7 @@ func TestCreateVolumeUpstreamJudgesFields(t *testing.T) {
 	p := startProxy(t)
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	_, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Parameters: map[string]string{"connection": "a"}})
-	wantCode(t, err, codes.InvalidArgument, `connection "a": the upstream's own check: name missing`)
+	testkit.WantCode(t, err, codes.InvalidArgument, `connection "a": the upstream's own check: name missing`)
 	reqs := f.requests("CreateVolume")
 	if len(reqs) != 1 {
 		t.Fatalf("upstream received %d CreateVolume, want 1", len(reqs))
@@ -155,7 +156,7 @@ func TestCreateVolumeForwarded(t *testing.T) {
 	req := &csi.CreateVolumeRequest{
 		Name:               "pvc-1",
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: 5 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 		Parameters:         map[string]string{"connection": "a", "fs": "sc", "extra": "sc"},
 		MutableParameters:  map[string]string{"iops": "100"},
 		Secrets:            map[string]string{"password": "s3cr3t-req"},
@@ -181,7 +182,7 @@ func TestCreateVolumeForwarded(t *testing.T) {
 	wantUp := &csi.CreateVolumeRequest{
 		Name:               "pvc-1",
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: 5 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 		Parameters:         map[string]string{"fs": "sc", "pool": "conn-pool", "extra": "sc"},
 		MutableParameters:  map[string]string{"iops": "100"},
 		Secrets:            map[string]string{"user": "conn-user", "password": "s3cr3t-req"},
@@ -255,7 +256,7 @@ func TestCreateVolumeAccessibleTopology(t *testing.T) {
 			req.AccessibilityRequirements = tt.req
 			resp, err := p.Controller.CreateVolume(callCtx(t), req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 				if got := f.routed(); len(got) != 0 {
 					t.Errorf("upstream received %v, want nothing", got)
 				}
@@ -326,7 +327,7 @@ func TestCreateVolumeUpstreamIDs(t *testing.T) {
 			req.Secrets = map[string]string{"user": "admin"}
 			resp, err := p.Controller.CreateVolume(callCtx(t), req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 			} else if err != nil {
 				t.Fatal(err)
 			} else if resp.GetVolume().GetVolumeId() != tt.wantID {
@@ -386,7 +387,7 @@ func TestCreateVolumeContentSource(t *testing.T) {
 			req.VolumeContentSource = tt.src
 			resp, err := p.Controller.CreateVolume(callCtx(t), req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 				if got := append(fa.routed(), fb.routed()...); len(got) != 0 {
 					t.Errorf("upstreams received %v, want nothing", got)
 				}
@@ -412,7 +413,7 @@ func TestCreateVolumeWithoutCapability(t *testing.T) {
 	p := startProxy(t)
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "a"}))
-	wantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support CreateVolume`)
+	testkit.WantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support CreateVolume`)
 	if got := f.routed(); len(got) != 0 {
 		t.Errorf("upstream received %v, want nothing", got)
 	}
@@ -438,7 +439,7 @@ func TestSecretNamedConnection(t *testing.T) {
 		t.Errorf("CreateVolume parameters = %v, want none", up.GetParameters())
 	}
 	if _, err := p.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId: "v:a/vol-1", TargetPath: "/t", VolumeCapability: mountCap()}); err != nil {
+		VolumeId: "v:a/vol-1", TargetPath: "/t", VolumeCapability: testkit.RWO()}); err != nil {
 		t.Fatal(err)
 	}
 	if d := diff(map[string]string{"connection": "s3cr3t-dsn-default"},

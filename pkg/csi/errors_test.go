@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 )
 
@@ -65,7 +66,7 @@ func TestUpstreamUnimplemented(t *testing.T) {
 			p := startProxy(t)
 			p.add(t, "a", conn{Endpoint: f.Endpoint})
 			err := rc.call(callCtx(t), p, idOf(rc.method, "a", "h-1"))
-			wantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support `+rc.method)
+			testkit.WantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support `+rc.method)
 		})
 	}
 }
@@ -115,7 +116,7 @@ func TestUpstreamLacksCapability(t *testing.T) {
 			p := startProxy(t)
 			p.add(t, "a", conn{Endpoint: f.Endpoint})
 			err := rc.call(callCtx(t), p, idOf(tt.method, "a", "h-1"))
-			wantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support `+tt.method)
+			testkit.WantCode(t, err, codes.InvalidArgument, `connection "a" (driver csi) does not support `+tt.method)
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v, want nothing", got)
 			}
@@ -138,12 +139,12 @@ func TestGetCapacity(t *testing.T) {
 		{
 			name: "forwarded",
 			req: &csi.GetCapacityRequest{
-				Parameters: map[string]string{"connection": "a", "fs": "sc"}, VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				Parameters: map[string]string{"connection": "a", "fs": "sc"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 				AccessibleTopology: topo(zone, "z1"),
 			},
 			want: 42,
 			wantUp: &csi.GetCapacityRequest{
-				Parameters: map[string]string{"fs": "sc", "pool": "conn-pool"}, VolumeCapabilities: []*csi.VolumeCapability{mountCap()}},
+				Parameters: map[string]string{"fs": "sc", "pool": "conn-pool"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}},
 		},
 		{
 			name: "default connection, no topology", def: "a", req: &csi.GetCapacityRequest{}, want: 42,
@@ -178,7 +179,7 @@ func TestGetCapacity(t *testing.T) {
 			})
 			resp, err := p.Controller.GetCapacity(callCtx(t), tt.req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode)
+				testkit.WantCode(t, err, tt.wantCode)
 				return
 			}
 			if err != nil {
@@ -215,7 +216,7 @@ func TestDeadUpstream(t *testing.T) {
 	for _, rc := range routedCalls {
 		t.Run(rc.method, func(t *testing.T) {
 			err := rc.call(ctx, p, idOf(rc.method, "dead", "h-1"))
-			wantCode(t, err, codes.Unavailable, `connection "dead"`, dead)
+			testkit.WantCode(t, err, codes.Unavailable, `connection "dead"`, dead)
 			if err := rc.call(ctx, p, idOf(rc.method, "live", "h-1")); err != nil {
 				t.Errorf("live connection: %v", err)
 			}
@@ -240,7 +241,7 @@ func TestHungUpstream(t *testing.T) {
 	}
 	controllerPublish := func(ctx context.Context, p *testProxy, conn string) error {
 		_, err := p.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
-			VolumeId: "v:" + conn + "/vol-1", NodeId: "node-1", VolumeCapability: mountCap()})
+			VolumeId: "v:" + conn + "/vol-1", NodeId: "node-1", VolumeCapability: testkit.RWO()})
 		return err
 	}
 	tests := []struct {
@@ -290,7 +291,7 @@ func TestHungUpstream(t *testing.T) {
 				t.Errorf("fast connection while another hangs: %v", err)
 			}
 			r := <-done
-			wantCode(t, r.err, codes.DeadlineExceeded, `connection "hung"`, hung.Endpoint)
+			testkit.WantCode(t, r.err, codes.DeadlineExceeded, `connection "hung"`, hung.Endpoint)
 			if r.elapsed > 5*time.Second {
 				t.Errorf("hung call took %v; csi.timeout is 200ms", r.elapsed)
 			}
@@ -307,7 +308,7 @@ func TestHungUpstreamListing(t *testing.T) {
 	p.add(t, "hung", conn{Endpoint: hung.Endpoint, Timeout: "200ms"})
 	start := time.Now()
 	_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.DeadlineExceeded, `connection "hung"`, hung.Endpoint)
+	testkit.WantCode(t, err, codes.DeadlineExceeded, `connection "hung"`, hung.Endpoint)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("listing took %v; csi.timeout is 200ms", d)
 	}
@@ -325,7 +326,7 @@ func TestCallerDeadline(t *testing.T) {
 	start := time.Now()
 	_, err := p.Controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
 		VolumeId: "v:a/vol-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}})
-	wantCode(t, err, codes.DeadlineExceeded)
+	testkit.WantCode(t, err, codes.DeadlineExceeded)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("took %v with a 300ms deadline", d)
 	}

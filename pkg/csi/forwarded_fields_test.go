@@ -9,6 +9,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // fieldCall is a routed call with its REQUIRED fields other than the ID
@@ -96,7 +98,7 @@ func TestForwardedCallsAddNoCheck(t *testing.T) {
 			f.setErr(fc.method, status.Error(codes.OutOfRange, "the upstream's own check"))
 			defer f.setErr(fc.method, nil)
 			err := fc.call(callCtx(t), p, "v:a/vol-1")
-			wantCode(t, err, codes.OutOfRange, `connection "a": the upstream's own check`)
+			testkit.WantCode(t, err, codes.OutOfRange, `connection "a": the upstream's own check`)
 		})
 	}
 }
@@ -139,10 +141,10 @@ func TestSelfAnsweredCallsCheckFields(t *testing.T) {
 			err := fc.call(callCtx(t), p, "never-made-by-the-proxy")
 			field, ok := wantField[fc.method]
 			if !ok { // ControllerModifyVolume: an empty map is a valid request
-				wantCode(t, err, codes.NotFound)
+				testkit.WantCode(t, err, codes.NotFound)
 				return
 			}
-			wantCode(t, err, codes.InvalidArgument, field+" is required")
+			testkit.WantCode(t, err, codes.InvalidArgument, field+" is required")
 		})
 	}
 	if r := f.routed(); len(r) != 0 {
@@ -154,10 +156,10 @@ func TestSelfAnsweredCallsCheckFields(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Node.NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: "v:a/vol-1", StagingTargetPath: "/mnt/s"})
-		wantCode(t, err, codes.InvalidArgument, "volume_capability is required")
+		testkit.WantCode(t, err, codes.InvalidArgument, "volume_capability is required")
 		_, err = p.Node.NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: "v:a/vol-1"})
-		wantCode(t, err, codes.InvalidArgument, "staging_target_path is required")
-		if _, err := p.Node.NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: "v:a/vol-1", StagingTargetPath: "/mnt/s", VolumeCapability: mountCap()}); err != nil {
+		testkit.WantCode(t, err, codes.InvalidArgument, "staging_target_path is required")
+		if _, err := p.Node.NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: "v:a/vol-1", StagingTargetPath: "/mnt/s", VolumeCapability: testkit.RWO()}); err != nil {
 			t.Errorf("a complete emulated stage: %v", err)
 		}
 		if r := f.routed(); len(r) != 0 {
@@ -169,8 +171,8 @@ func TestSelfAnsweredCallsCheckFields(t *testing.T) {
 		p := startProxy(t, withControllerPublish)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Controller.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{VolumeId: "v:a/vol-1", NodeId: "n1"})
-		wantCode(t, err, codes.InvalidArgument, "volume_capability is required")
-		if _, err := p.Controller.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{VolumeId: "v:a/vol-1", NodeId: "n1", VolumeCapability: mountCap()}); err != nil {
+		testkit.WantCode(t, err, codes.InvalidArgument, "volume_capability is required")
+		if _, err := p.Controller.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{VolumeId: "v:a/vol-1", NodeId: "n1", VolumeCapability: testkit.RWO()}); err != nil {
 			t.Errorf("a complete publish the upstream does not need: %v", err)
 		}
 	})
@@ -203,18 +205,18 @@ func TestNonASCIINamesStayReadable(t *testing.T) {
 	}
 
 	_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "zöne"}))
-	wantCode(t, err, codes.InvalidArgument)
+	testkit.WantCode(t, err, codes.InvalidArgument)
 	readable(t, err, `"zöne"`, `'ö'`)
 
 	_, err = p.Controller.CreateVolume(callCtx(t), createReq("données-été", map[string]string{"connection": "a"}))
-	wantCode(t, err, codes.AlreadyExists)
+	testkit.WantCode(t, err, codes.AlreadyExists)
 	readable(t, err, `connection "a"`, `volume "données-été" exists`)
 	if got := only[*csi.CreateVolumeRequest](t, f, "CreateVolume").GetName(); got != "données-été" {
 		t.Errorf("upstream got name %q, want données-été", got)
 	}
 
 	_, err = p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:zöne/vol-1"})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 	readable(t, err, `"v:zöne/vol-1"`, `'ö'`)
 
 	if _, err := p.Controller.ControllerExpandVolume(callCtx(t), &csi.ControllerExpandVolumeRequest{
@@ -237,7 +239,7 @@ func TestValidateConfirmsWhatTheUpstreamConfirmed(t *testing.T) {
 	f := newFakeUpstream(t)
 	f.setResponse("ValidateVolumeCapabilities", &csi.ValidateVolumeCapabilitiesResponse{
 		Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
-			VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+			VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 			Parameters:         map[string]string{"fs": "sc", "pool": "conn-default", "tier": "other"},
 		}})
 	p := startProxy(t)
@@ -253,7 +255,7 @@ func TestValidateConfirmsWhatTheUpstreamConfirmed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := p.Controller.ValidateVolumeCapabilities(callCtx(t), &csi.ValidateVolumeCapabilitiesRequest{
-				VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, Parameters: tc.sent})
+				VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}, Parameters: tc.sent})
 			if err != nil {
 				t.Fatal(err)
 			}

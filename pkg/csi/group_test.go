@@ -7,6 +7,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // groupProxy is a proxy with members a (z1, capacity 10), b (z1 and z2,
@@ -57,7 +59,7 @@ func TestGroupCapacity(t *testing.T) {
 			}
 			resp, err := p.Controller.GetCapacity(callCtx(t), &csi.GetCapacityRequest{
 				Parameters: map[string]string{"connection": tt.conn}, AccessibleTopology: tt.segment,
-				VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -106,7 +108,7 @@ func TestGroupCreateVolume(t *testing.T) {
 				req = &csi.TopologyRequirement{Requisite: tt.requisite, Preferred: tt.preferred}
 			}
 			resp, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
-				Name: name, VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				Name: name, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 				Parameters: map[string]string{"connection": "g", "fs": "xfs"}, AccessibilityRequirements: req,
 			})
 			if err != nil {
@@ -155,7 +157,7 @@ func TestGroupErrors(t *testing.T) {
 	}
 	create := func(conn string, req *csi.TopologyRequirement, src *csi.VolumeContentSource) error {
 		_, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
-			Name: "pvc-x", VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+			Name: "pvc-x", VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 			Parameters: map[string]string{"connection": conn}, AccessibilityRequirements: req, VolumeContentSource: src,
 		})
 		return err
@@ -167,11 +169,11 @@ func TestGroupErrors(t *testing.T) {
 		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
 	}
 	t.Run("no member admits", func(t *testing.T) {
-		wantCode(t, create("g", strict("z9"), nil), codes.ResourceExhausted,
+		testkit.WantCode(t, create("g", strict("z9"), nil), codes.ResourceExhausted,
 			`for any member of group "g"`, `member "a" offers [{`+zone+`=z1}]`, `member "b" offers [{`+zone+`=z1}, {`+zone+`=z2}]`, `member "c" offers [{`+zone+`=z3}]`)
 	})
 	t.Run("missing member, needed", func(t *testing.T) {
-		wantCode(t, create("g-missing", strict("z2"), nil), codes.FailedPrecondition, `group "g-missing": member "gone" (group.members[1])`)
+		testkit.WantCode(t, create("g-missing", strict("z2"), nil), codes.FailedPrecondition, `group "g-missing": member "gone" (group.members[1])`)
 	})
 	t.Run("missing member, not needed", func(t *testing.T) {
 		if err := create("g-missing", strict("z1"), nil); err != nil {
@@ -179,44 +181,44 @@ func TestGroupErrors(t *testing.T) {
 		}
 	})
 	t.Run("member is a group", func(t *testing.T) {
-		wantCode(t, create("g-nested", nil, nil), codes.FailedPrecondition, `member "g" (group.members[0]) is itself a group`)
+		testkit.WantCode(t, create("g-nested", nil, nil), codes.FailedPrecondition, `member "g" (group.members[0]) is itself a group`)
 		_, err := p.Controller.GetCapacity(callCtx(t), &csi.GetCapacityRequest{Parameters: map[string]string{"connection": "g-nested"}})
-		wantCode(t, err, codes.FailedPrecondition, `member "g" (group.members[0]) is itself a group`)
+		testkit.WantCode(t, err, codes.FailedPrecondition, `member "g" (group.members[0]) is itself a group`)
 	})
 	t.Run("broken group file", func(t *testing.T) {
-		wantCode(t, create("g-broken", nil, nil), codes.FailedPrecondition, "g-broken.yaml", "csi: not a key of a group file")
+		testkit.WantCode(t, create("g-broken", nil, nil), codes.FailedPrecondition, "g-broken.yaml", "csi: not a key of a group file")
 		if err := create("g", nil, nil); err != nil {
 			t.Errorf("another group beside the broken one: %v", err)
 		}
 		// A file that does not load fails listings, whatever it would
 		// hold (docs/operations.md, "Listings").
 		_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-		wantCode(t, err, codes.FailedPrecondition, `ListVolumes: connection "g-broken" does not load`, "g-broken.yaml")
+		testkit.WantCode(t, err, codes.FailedPrecondition, `ListVolumes: connection "g-broken" does not load`, "g-broken.yaml")
 		p.remove(t, "g-broken")
 	})
 	t.Run("restore from a member", func(t *testing.T) {
 		if err := create("g", strict("z2"), snapshot("s:b/snap-1")); err != nil {
 			t.Errorf("restore in z2 from b's snapshot: %v", err)
 		}
-		wantCode(t, create("g", strict("z3"), snapshot("s:b/snap-1")), codes.ResourceExhausted,
+		testkit.WantCode(t, create("g", strict("z3"), snapshot("s:b/snap-1")), codes.ResourceExhausted,
 			`group "g": the source snapshot is on member "b"`, `for connection "b" (it offers`)
-		wantCode(t, create("g", strict("z1"), volume("v:c/vol-1")), codes.ResourceExhausted, `the source volume is on member "c"`)
+		testkit.WantCode(t, create("g", strict("z1"), volume("v:c/vol-1")), codes.ResourceExhausted, `the source volume is on member "c"`)
 	})
 	t.Run("source outside the group", func(t *testing.T) {
 		p.add(t, "other", conn{Endpoint: "unix:///nonexistent.sock"})
-		wantCode(t, create("g", nil, snapshot("s:other/snap-1")), codes.InvalidArgument, `snapshot of connection "other": it is not one of the group's members`)
-		wantCode(t, create("g", nil, snapshot("garbage")), codes.NotFound, "volume_content_source.snapshot.snapshot_id")
+		testkit.WantCode(t, create("g", nil, snapshot("s:other/snap-1")), codes.InvalidArgument, `snapshot of connection "other": it is not one of the group's members`)
+		testkit.WantCode(t, create("g", nil, snapshot("garbage")), codes.NotFound, "volume_content_source.snapshot.snapshot_id")
 		p.remove(t, "other")
 	})
 	t.Run("an ID naming a group", func(t *testing.T) {
 		_, err := p.Controller.DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: "v:g/vol-1"})
-		wantCode(t, err, codes.FailedPrecondition, `connection "g" is a group (members ["a" "b" "c"])`)
+		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "g" is a group (members ["a" "b" "c"])`)
 		_, err = p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:g/vol-1"})
-		wantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
+		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
 		_, err = p.Node.NodeUnpublishVolume(callCtx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: "v:g/vol-1", TargetPath: "/x"})
-		wantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
+		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
 		_, err = p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SourceVolumeId: "v:g/vol-1"})
-		wantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
+		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "g" is a group`)
 	})
 	t.Run("listings skip groups", func(t *testing.T) {
 		resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})

@@ -15,9 +15,7 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
@@ -188,32 +186,9 @@ func callCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// wantCode fails unless err has code and its message contains every
-// substring.
-func wantCode(t *testing.T, err error, code codes.Code, substrings ...string) {
-	t.Helper()
-	st, _ := status.FromError(err)
-	if st.Code() != code {
-		t.Fatalf("got %v %q, want %v", st.Code(), st.Message(), code)
-	}
-	for _, s := range substrings {
-		if !strings.Contains(st.Message(), s) {
-			t.Errorf("message %q does not contain %q", st.Message(), s)
-		}
-	}
-}
-
 // diff compares protos (or anything containing them).
 func diff(want, got any) string {
 	return cmp.Diff(want, got, protocmp.Transform())
-}
-
-// mountCap is a volume capability for a mounted, single-writer volume.
-func mountCap() *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}
 }
 
 // topo builds a topology term.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -73,10 +74,10 @@ func TestHostileConnectionNames(t *testing.T) {
 			ctx := callCtx(t)
 			params := map[string]string{"connection": conn}
 			_, err := p.Controller.CreateVolume(ctx, createReq("pvc-1", params))
-			wantCode(t, err, codes.InvalidArgument, "connection name")
+			testkit.WantCode(t, err, codes.InvalidArgument, "connection name")
 			wantShort(t, err)
 			_, err = p.Controller.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: params})
-			wantCode(t, err, codes.InvalidArgument, "connection name")
+			testkit.WantCode(t, err, codes.InvalidArgument, "connection name")
 			wantShort(t, err)
 			for _, rc := range routedCalls {
 				id := idOf(rc.method, conn, "h-1")
@@ -84,7 +85,7 @@ func TestHostileConnectionNames(t *testing.T) {
 				if parsed, perr := ids.Parse(ids.Kind(id[0]), id); perr == nil {
 					// "v:sub/decoy/h-1" is connection "sub", handle
 					// "decoy/h-1": a valid ID of a connection without a file.
-					wantCode(t, err, codes.FailedPrecondition, fmt.Sprintf("connection %q has no file", parsed.Connection))
+					testkit.WantCode(t, err, codes.FailedPrecondition, fmt.Sprintf("connection %q has no file", parsed.Connection))
 					continue
 				}
 				if rc.tolerant {
@@ -225,7 +226,7 @@ func TestOversizedMaps(t *testing.T) {
 	huge := createReq("pvc-huge", map[string]string{"connection": "a", "blob": strings.Repeat("x", 5<<20)})
 	huge.Secrets = map[string]string{"pw": secretMarker + strings.Repeat("y", 1<<10)}
 	_, err := p.Controller.CreateVolume(callCtx(t), huge)
-	wantCode(t, err, codes.ResourceExhausted, "larger than max")
+	testkit.WantCode(t, err, codes.ResourceExhausted, "larger than max")
 	wantShort(t, err)
 	if n := len(f.requests("CreateVolume")); n != 1 {
 		t.Errorf("upstream received %d CreateVolume calls, want the first only", n)
@@ -304,10 +305,10 @@ func TestHugeRequisite(t *testing.T) {
 					t.Errorf("accessible_topology (-want +got):\n%s", d)
 				}
 			} else if tt.code != codes.OK {
-				wantCode(t, err, tt.code, tt.msg)
+				testkit.WantCode(t, err, tt.code, tt.msg)
 				wantShort(t, err)
 			} else {
-				wantCode(t, err, codes.ResourceExhausted, `for connection "a" (it offers [{`+zone+`=z1}])`, tt.msg)
+				testkit.WantCode(t, err, codes.ResourceExhausted, `for connection "a" (it offers [{`+zone+`=z1}])`, tt.msg)
 				wantShort(t, err)
 			}
 			probeOK(t, p)

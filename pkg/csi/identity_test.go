@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -134,13 +135,13 @@ func TestModes(t *testing.T) {
 			if tt.controller && err != nil {
 				t.Errorf("controller: %v", err)
 			} else if !tt.controller {
-				wantCode(t, err, codes.Unimplemented)
+				testkit.WantCode(t, err, codes.Unimplemented)
 			}
 			_, err = p.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
 			if tt.nodeSide && err != nil {
 				t.Errorf("node: %v", err)
 			} else if !tt.nodeSide {
-				wantCode(t, err, codes.Unimplemented)
+				testkit.WantCode(t, err, codes.Unimplemented)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -115,7 +116,7 @@ func TestLongSnapshotIDRefusedWithLimit(t *testing.T) {
 	p := startProxy(t, withMaxIDLength(128), counter.option)
 	p.add(t, "nas", conn{Endpoint: f.Endpoint})
 	_, err := p.Controller.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: "v:nas/vol-1"})
-	wantCode(t, err, codes.InvalidArgument, `connection "nas"`, "snapshot id would be 129 bytes, over proxy.maxIdLength 128",
+	testkit.WantCode(t, err, codes.InvalidArgument, `connection "nas"`, "snapshot id would be 129 bytes, over proxy.maxIdLength 128",
 		`connection name "nas" is 3 bytes`, "upstream handle is 123 bytes", "the upstream object was deleted")
 	if got := only[*csi.DeleteSnapshotRequest](t, f, "DeleteSnapshot").GetSnapshotId(); got != handle {
 		t.Errorf("rollback deleted %q, want the handle", got)

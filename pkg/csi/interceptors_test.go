@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -80,7 +81,7 @@ func TestPanicBecomesInternal(t *testing.T) {
 	var ids []string
 	for i := 0; i < 2; i++ {
 		_, err := client.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"})
-		wantCode(t, err, codes.Internal, "CreateVolume", "see the driver log")
+		testkit.WantCode(t, err, codes.Internal, "CreateVolume", "see the driver log")
 		m := idRE.FindStringSubmatch(status.Convert(err).Message())
 		if m == nil {
 			t.Fatalf("message %q has no request id", status.Convert(err).Message())
@@ -130,7 +131,7 @@ func TestLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p.Controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v:a/vol-pvc-1", Secrets: map[string]string{"password": "s3cr3t-req-2"}})
-	wantCode(t, err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 	if _, err := p.Node.NodeStageVolume(ctx, stageReq("v:a/vol-pvc-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestLogsAtInfo(t *testing.T) {
 	cc := serveGRPC(t, srvPath, pcsi.NewServer(p.Driver, log))
 	client := csi.NewControllerClient(cc)
 	_, err := client.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:missing/vol-1"})
-	wantCode(t, err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 
 	lines := logLines(t, logs.String())
 	if len(findLog(lines, "msg", "rpc", "method", "ControllerGetVolume", "connection", "missing", "code", "FailedPrecondition")) != 1 {
@@ -248,7 +249,7 @@ func TestLogLevels(t *testing.T) {
 	}
 	// A failed poll is news.
 	_, err := ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{"connection": "gone"}})
-	wantCode(t, err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 
 	lines := logLines(t, logs.String())
 	for _, c := range calls {

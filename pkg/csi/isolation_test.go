@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -120,7 +121,7 @@ func TestListingBounded(t *testing.T) {
 				p.add(t, "bad", conn{Endpoint: ep})
 				start := time.Now()
 				err := l.call(callCtx(t), p)
-				wantCode(t, err, tt.code, `connection "bad"`, "endpoint "+ep, tt.want)
+				testkit.WantCode(t, err, tt.code, `connection "bad"`, "endpoint "+ep, tt.want)
 				if d := time.Since(start); d > 5*time.Second {
 					t.Errorf("the listing took %v", d)
 				}
@@ -141,9 +142,9 @@ func TestListingBounded(t *testing.T) {
 		t.Fatalf("first page: %v, %v", first, err)
 	}
 	_, err = p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: 1, StartingToken: first.GetNextToken()})
-	wantCode(t, err, codes.Internal, `connection "bad"`, `next_token "page-1" again`)
+	testkit.WantCode(t, err, codes.Internal, `connection "bad"`, `next_token "page-1" again`)
 	_, err = p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SourceVolumeId: "v:bad/vol-1", StartingToken: "page-7"})
-	wantCode(t, err, codes.Internal, `connection "bad"`, `ListSnapshots returned next_token "page-7" again`)
+	testkit.WantCode(t, err, codes.Internal, `connection "bad"`, `ListSnapshots returned next_token "page-7" again`)
 }
 
 // TestEditTakesEffectNextCall: a connection file edited while a call runs
@@ -159,12 +160,12 @@ func TestEditTakesEffectNextCall(t *testing.T) {
 			p.add(t, "x", conn{Endpoint: up1.Endpoint})
 			done := make(chan error, 1)
 			go func() {
-				_, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "pvc-1", Parameters: map[string]string{"connection": "x"}, VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
+				_, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "pvc-1", Parameters: map[string]string{"connection": "x"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
 				done <- err
 			}()
 			up1.waitFor(t, "CreateVolume")
 			p.add(t, "x", conn{Endpoint: up2.Endpoint, Parameters: map[string]string{"edited": "yes"}})
-			if _, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "pvc-2", Parameters: map[string]string{"connection": "x"}, VolumeCapabilities: []*csi.VolumeCapability{mountCap()}}); err != nil {
+			if _, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "pvc-2", Parameters: map[string]string{"connection": "x"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}}); err != nil {
 				t.Fatalf("CreateVolume after the edit: %v", err)
 			}
 			if got := only[*csi.CreateVolumeRequest](t, up2, "CreateVolume"); got.GetName() != "pvc-2" || got.GetParameters()["edited"] != "yes" {

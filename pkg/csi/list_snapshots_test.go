@@ -6,6 +6,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // snapshotListingProxy has connections a (3 snapshots, upstream pages of
@@ -67,10 +69,10 @@ func TestListSnapshotsBadToken(t *testing.T) {
 	p, _ := snapshotListingProxy(t)
 	for _, tok := range []string{"garbage", "pt1.YQ.*", "pt1.YQ.dXAtOTk"} {
 		_, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{StartingToken: tok})
-		wantCode(t, err, codes.Aborted)
+		testkit.WantCode(t, err, codes.Aborted)
 	}
 	_, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{MaxEntries: -1})
-	wantCode(t, err, codes.InvalidArgument, "max_entries")
+	testkit.WantCode(t, err, codes.InvalidArgument, "max_entries")
 }
 
 // TestListSnapshotsFilters: a snapshot_id or source_volume_id filter goes
@@ -169,7 +171,7 @@ func TestListSnapshotsFilterRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, fakes := snapshotListingProxy(t)
 			_, err := p.Controller.ListSnapshots(callCtx(t), tt.req)
-			wantCode(t, err, tt.code, tt.msg)
+			testkit.WantCode(t, err, tt.code, tt.msg)
 			for name, f := range fakes {
 				if got := f.routed(); len(got) != 0 {
 					t.Errorf("connection %s's upstream received %v", name, got)

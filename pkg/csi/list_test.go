@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -72,38 +73,6 @@ func volumeIDs(entries []*csi.ListVolumesResponse_Entry) []string {
 	return out
 }
 
-// listAllVolumes pages through ListVolumes with maxEntries, failing the
-// test on an error, on a page over maxEntries or a short page that is not
-// the last. It returns the pages.
-func listAllVolumes(t *testing.T, p *testProxy, maxEntries int32) [][]*csi.ListVolumesResponse_Entry {
-	t.Helper()
-	var pages [][]*csi.ListVolumesResponse_Entry
-	token := ""
-	for {
-		if len(pages) > 50 {
-			t.Fatalf("max_entries %d: more than 50 pages; the token does not advance (last %q)", maxEntries, token)
-		}
-		resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: maxEntries, StartingToken: token})
-		if err != nil {
-			t.Fatalf("max_entries %d, page %d (token %q): %v", maxEntries, len(pages)+1, token, err)
-		}
-		pages = append(pages, resp.GetEntries())
-		if maxEntries > 0 && len(resp.GetEntries()) > int(maxEntries) {
-			t.Errorf("max_entries %d: page %d has %d entries", maxEntries, len(pages), len(resp.GetEntries()))
-		}
-		if resp.GetNextToken() == "" {
-			return pages
-		}
-		if maxEntries > 0 && len(resp.GetEntries()) < int(maxEntries) {
-			t.Errorf("max_entries %d: page %d has %d entries but a next token", maxEntries, len(pages), len(resp.GetEntries()))
-		}
-		if maxEntries == 0 {
-			t.Errorf("unbounded listing returned a next token %q", resp.GetNextToken())
-		}
-		token = resp.GetNextToken()
-	}
-}
-
 // listingProxy has five connections in name order: a (3 volumes, upstream
 // pages of 2, zone z1), b (no volumes), c (1 volume, no topology list),
 // d (4 volumes, pages of 1, zone z2 with an extra label) and e (an upstream
@@ -144,7 +113,7 @@ func TestListVolumesPaging(t *testing.T) {
 	for _, max := range []int32{0, 1, 2, 3, 5, 8, 9, 100} {
 		t.Run(fmt.Sprintf("max_entries=%d", max), func(t *testing.T) {
 			p, fakes := listingProxy(t)
-			pages := listAllVolumes(t, p, max)
+			pages := testkit.ListAllVolumes(callCtx(t), t, p.Controller, max)
 			var got []*csi.ListVolumesResponse_Entry
 			for _, page := range pages {
 				got = append(got, page...)
@@ -183,7 +152,7 @@ func TestListVolumesPagesCrossConnections(t *testing.T) {
 		t.Run(fmt.Sprintf("max_entries=%d", tt.max), func(t *testing.T) {
 			p, fakes := listingProxy(t)
 			var got [][]string
-			for _, page := range listAllVolumes(t, p, tt.max) {
+			for _, page := range testkit.ListAllVolumes(callCtx(t), t, p.Controller, tt.max) {
 				got = append(got, volumeIDs(page))
 			}
 			if d := diff(tt.want, got); d != "" {
@@ -229,7 +198,7 @@ func TestListVolumesBadToken(t *testing.T) {
 	for name, tok := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: 2, StartingToken: tok})
-			wantCode(t, err, codes.Aborted)
+			testkit.WantCode(t, err, codes.Aborted)
 		})
 	}
 	// The proxy's own token is made of the connection and the upstream's.
@@ -245,7 +214,7 @@ func TestListVolumesBadToken(t *testing.T) {
 func TestListVolumesNegativeMax(t *testing.T) {
 	p, fakes := listingProxy(t)
 	_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: -1})
-	wantCode(t, err, codes.InvalidArgument, "max_entries")
+	testkit.WantCode(t, err, codes.InvalidArgument, "max_entries")
 	for name, f := range fakes {
 		if got := f.routed(); len(got) != 0 {
 			t.Errorf("connection %s's upstream received %v", name, got)
@@ -303,9 +272,9 @@ func TestListVolumesBrokenConnection(t *testing.T) {
 	p.write(t, "bb", "driver: csi\ncsi:\n  endpoint: [not, a, string]\n")
 	p.write(t, "cc", "driver: nonsense\n")
 	_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.FailedPrecondition, `ListVolumes: connection "bb" does not load`, "bb.yaml", "fix or remove its file")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `ListVolumes: connection "bb" does not load`, "bb.yaml", "fix or remove its file")
 	_, err = p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{})
-	wantCode(t, err, codes.FailedPrecondition, `ListSnapshots: connection "bb" does not load`, "bb.yaml")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `ListSnapshots: connection "bb" does not load`, "bb.yaml")
 	// Paged: the pages before it are served; the page that would hold its
 	// volumes fails.
 	resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: 3})
@@ -316,13 +285,13 @@ func TestListVolumesBrokenConnection(t *testing.T) {
 		t.Errorf("first page (-want +got):\n%s", d)
 	}
 	_, err = p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: 3, StartingToken: resp.GetNextToken()})
-	wantCode(t, err, codes.FailedPrecondition, `connection "bb" does not load`)
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "bb" does not load`)
 	p.remove(t, "bb")
 	_, err = p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.FailedPrecondition, `connection "cc" does not load`, "cc.yaml")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "cc" does not load`, "cc.yaml")
 	p.add(t, "cc", conn{Endpoint: fakes["c"].Endpoint})
 	var got []string
-	for _, page := range listAllVolumes(t, p, 3) {
+	for _, page := range testkit.ListAllVolumes(callCtx(t), t, p.Controller, 3) {
 		got = append(got, volumeIDs(page)...)
 	}
 	want := []string{"v:a/a1", "v:a/a2", "v:a/a3", "v:c/c1", "v:cc/c1", "v:d/d1", "v:d/d2", "v:d/d3", "v:d/d4"}
@@ -345,7 +314,7 @@ func TestListVolumesSharedEndpoint(t *testing.T) {
 			p.add(t, "y", conn{Endpoint: other.Endpoint})
 			p.add(t, "z", conn{Endpoint: shared.Endpoint, Topology: zoneEntries("z1")})
 			var got []string
-			for _, page := range listAllVolumes(t, p, max) {
+			for _, page := range testkit.ListAllVolumes(callCtx(t), t, p.Controller, max) {
 				got = append(got, volumeIDs(page)...)
 			}
 			if d := diff([]string{"v:x/s1", "v:x/s2", "v:y/o1", "v:z/s1", "v:z/s2"}, got); d != "" {
@@ -409,7 +378,7 @@ func TestListVolumesUpstreamFails(t *testing.T) {
 	p, fakes := listingProxy(t)
 	fakes["c"].setErr("ListVolumes", errUnavailable)
 	_, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.Unavailable, `"c"`)
+	testkit.WantCode(t, err, codes.Unavailable, `"c"`)
 }
 
 // TestControllerListVolumeHealth fans out like ListVolumes, with proxy IDs.

@@ -9,6 +9,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestMalformedUpstreamResponses fills in what create_volume_test.go and
@@ -23,7 +25,7 @@ func TestMalformedUpstreamResponses(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "a"}))
-		wantCode(t, err, codes.InvalidArgument, "upstream volume handle is 10240 bytes, over the 1024 the proxy accepts back", "was deleted")
+		testkit.WantCode(t, err, codes.InvalidArgument, "upstream volume handle is 10240 bytes, over the 1024 the proxy accepts back", "was deleted")
 		wantShort(t, err)
 		if got := only[*csi.DeleteVolumeRequest](t, f, "DeleteVolume").GetVolumeId(); got != huge {
 			t.Errorf("rollback deleted %.20q…, want the 10 KiB handle", got)
@@ -35,7 +37,7 @@ func TestMalformedUpstreamResponses(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Controller.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: "v:a/vol-1"})
-		wantCode(t, err, codes.InvalidArgument, "upstream snapshot handle is 10240 bytes", "was deleted")
+		testkit.WantCode(t, err, codes.InvalidArgument, "upstream snapshot handle is 10240 bytes", "was deleted")
 		wantShort(t, err)
 		if got := only[*csi.DeleteSnapshotRequest](t, f, "DeleteSnapshot").GetSnapshotId(); got != huge {
 			t.Errorf("rollback deleted %.20q…, want the 10 KiB handle", got)
@@ -78,7 +80,7 @@ func TestRollbackOutlivesCaller(t *testing.T) {
 	ctx, cancel := context.WithTimeout(callCtx(t), 300*time.Millisecond)
 	defer cancel()
 	_, err := p.Controller.CreateVolume(ctx, createReq("pvc-1", map[string]string{"connection": "a"}))
-	wantCode(t, err, codes.DeadlineExceeded)
+	testkit.WantCode(t, err, codes.DeadlineExceeded)
 	f.waitFor(t, "DeleteVolume")
 	// The handler goes on after the caller left; its log line says how
 	// the rollback ended.

@@ -10,12 +10,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 func stageReq(id string) *csi.NodeStageVolumeRequest {
 	return &csi.NodeStageVolumeRequest{
-		VolumeId: id, StagingTargetPath: "/var/lib/kubelet/staging/pv-1", VolumeCapability: mountCap(),
+		VolumeId: id, StagingTargetPath: "/var/lib/kubelet/staging/pv-1", VolumeCapability: testkit.RWO(),
 		PublishContext: map[string]string{"lun": "3"}, VolumeContext: map[string]string{"from": "upstream"},
 		Secrets: map[string]string{"chap": "s3cr3t-chap"},
 	}
@@ -24,7 +25,7 @@ func stageReq(id string) *csi.NodeStageVolumeRequest {
 func publishReq(id string) *csi.NodePublishVolumeRequest {
 	return &csi.NodePublishVolumeRequest{
 		VolumeId: id, StagingTargetPath: "/var/lib/kubelet/staging/pv-1", TargetPath: "/var/lib/kubelet/pods/p/vol",
-		VolumeCapability: mountCap(), Readonly: true,
+		VolumeCapability: testkit.RWO(), Readonly: true,
 		PublishContext: map[string]string{"lun": "3"}, VolumeContext: map[string]string{"from": "upstream"},
 		Secrets: map[string]string{"chap": "s3cr3t-chap"},
 	}
@@ -141,10 +142,10 @@ func TestNodeStagingForwarded(t *testing.T) {
 			method: "NodeExpandVolume",
 			call: func(ctx context.Context, p *testProxy) (proto.Message, error) {
 				return p.Node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
-					VolumeId: "v:blk/lun-1", VolumePath: "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: 9}, VolumeCapability: mountCap()})
+					VolumeId: "v:blk/lun-1", VolumePath: "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: 9}, VolumeCapability: testkit.RWO()})
 			},
 			wantUp: &csi.NodeExpandVolumeRequest{
-				VolumeId: "lun-1", VolumePath: "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: 9}, VolumeCapability: mountCap()},
+				VolumeId: "lun-1", VolumePath: "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: 9}, VolumeCapability: testkit.RWO()},
 			want: &csi.NodeExpandVolumeResponse{CapacityBytes: 9},
 		},
 	}
@@ -221,7 +222,7 @@ func TestNodeGetInfo(t *testing.T) {
 			p := startProxy(t, tt.opts)
 			resp, err := p.Node.NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 				return
 			}
 			if err != nil {
@@ -247,11 +248,11 @@ func TestNodeValidation(t *testing.T) {
 		field string
 	}{
 		{"stage/volume_id", func(ctx context.Context, c csi.NodeClient) error {
-			_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: "/s", VolumeCapability: mountCap()})
+			_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: "/s", VolumeCapability: testkit.RWO()})
 			return err
 		}, "volume_id"},
 		{"stage/staging_target_path", func(ctx context.Context, c csi.NodeClient) error {
-			_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, VolumeCapability: mountCap()})
+			_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, VolumeCapability: testkit.RWO()})
 			return err
 		}, "staging_target_path"},
 		{"stage/volume_capability", func(ctx context.Context, c csi.NodeClient) error {
@@ -267,11 +268,11 @@ func TestNodeValidation(t *testing.T) {
 			return err
 		}, "staging_target_path"},
 		{"publish/volume_id", func(ctx context.Context, c csi.NodeClient) error {
-			_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{TargetPath: "/t", VolumeCapability: mountCap()})
+			_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{TargetPath: "/t", VolumeCapability: testkit.RWO()})
 			return err
 		}, "volume_id"},
 		{"publish/target_path", func(ctx context.Context, c csi.NodeClient) error {
-			_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, VolumeCapability: mountCap()})
+			_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, VolumeCapability: testkit.RWO()})
 			return err
 		}, "target_path"},
 		{"publish/volume_capability", func(ctx context.Context, c csi.NodeClient) error {
@@ -308,7 +309,7 @@ func TestNodeValidation(t *testing.T) {
 			f := newFakeUpstream(t)
 			p := startProxy(t)
 			p.add(t, "a", conn{Endpoint: f.Endpoint})
-			wantCode(t, tt.call(callCtx(t), p.Node), codes.InvalidArgument, tt.field)
+			testkit.WantCode(t, tt.call(callCtx(t), p.Node), codes.InvalidArgument, tt.field)
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v", got)
 			}

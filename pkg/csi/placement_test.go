@@ -9,6 +9,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -76,10 +77,10 @@ func TestNodeLocalCreateVolume(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					resp, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
 						Name: fmt.Sprintf("pvc-%s-%d", typ, i), Parameters: map[string]string{"connection": tc.conn},
-						VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, AccessibilityRequirements: tc.req,
+						VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}, AccessibilityRequirements: tc.req,
 					})
 					if tc.code != codes.OK {
-						wantCode(t, err, tc.code, tc.msg...)
+						testkit.WantCode(t, err, tc.code, tc.msg...)
 						return
 					}
 					if err != nil {
@@ -135,7 +136,7 @@ func TestNodeLocalCapacity(t *testing.T) {
 	} {
 		resp, err := p.Controller.GetCapacity(callCtx(t), &csi.GetCapacityRequest{
 			Parameters: map[string]string{"connection": "disk"}, AccessibleTopology: tc.topo,
-			VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+			VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -174,10 +175,10 @@ func TestGroupNodeLocalMember(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := p.Controller.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
 				Name: fmt.Sprintf("pvc-mixed-%d", i), Parameters: map[string]string{"connection": "mixed"},
-				VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, AccessibilityRequirements: tc.req,
+				VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}, AccessibilityRequirements: tc.req,
 			})
 			if tc.member == "" {
-				wantCode(t, err, codes.ResourceExhausted, tc.msg...)
+				testkit.WantCode(t, err, codes.ResourceExhausted, tc.msg...)
 				return
 			}
 			if err != nil {

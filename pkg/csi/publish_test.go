@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -36,7 +37,7 @@ func (p *testProxy) addWithNodeID(t *testing.T, name, endpoint, template string)
 
 func publishRequest(volumeID, nodeID string) *csi.ControllerPublishVolumeRequest {
 	return &csi.ControllerPublishVolumeRequest{
-		VolumeId: volumeID, NodeId: nodeID, VolumeCapability: mountCap(), Readonly: true,
+		VolumeId: volumeID, NodeId: nodeID, VolumeCapability: testkit.RWO(), Readonly: true,
 		Secrets:       map[string]string{"password": "s3cr3t-req"},
 		VolumeContext: map[string]string{"from": "upstream"},
 	}
@@ -74,8 +75,8 @@ func TestControllerPublishAdvertised(t *testing.T) {
 				}
 				return
 			}
-			wantCode(t, perr, codes.Unimplemented, "proxy.controllerPublish")
-			wantCode(t, uerr, codes.Unimplemented, "proxy.controllerPublish")
+			testkit.WantCode(t, perr, codes.Unimplemented, "proxy.controllerPublish")
+			testkit.WantCode(t, uerr, codes.Unimplemented, "proxy.controllerPublish")
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v", got)
 			}
@@ -162,7 +163,7 @@ func TestControllerPublishNodeIDLimit(t *testing.T) {
 				return
 			}
 			for _, err := range []error{perr, uerr} {
-				wantCode(t, err, codes.InvalidArgument, `connection "iscsi-a"`, "257 bytes", "256", "proxy.perDriver.nodeId.template")
+				testkit.WantCode(t, err, codes.InvalidArgument, `connection "iscsi-a"`, "257 bytes", "256", "proxy.perDriver.nodeId.template")
 			}
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v", got)
@@ -248,9 +249,9 @@ func TestControllerPublishValidation(t *testing.T) {
 			p := startProxy(t, withControllerPublish)
 			p.add(t, "a", conn{Endpoint: f.Endpoint})
 			ctx := callCtx(t)
-			wantCode(t, publish(ctx, p, tt.publish), tt.wantPublish)
+			testkit.WantCode(t, publish(ctx, p, tt.publish), tt.wantPublish)
 			if tt.unpublishID != "" || tt.wantUnpublish != codes.OK {
-				wantCode(t, unpublish(ctx, p, tt.unpublishID), tt.wantUnpublish)
+				testkit.WantCode(t, unpublish(ctx, p, tt.unpublishID), tt.wantUnpublish)
 			}
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v", got)
@@ -267,5 +268,5 @@ func TestControllerPublishUpstreamError(t *testing.T) {
 	p := startProxy(t, withControllerPublish)
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	_, err := p.Controller.ControllerPublishVolume(callCtx(t), publishRequest("v:a/vol-1", "node-1"))
-	wantCode(t, err, codes.FailedPrecondition, `connection "a"`, "already published")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "a"`, "already published")
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -49,7 +50,7 @@ var routedCalls = []routedCall{
 		return err
 	}},
 	{method: "ValidateVolumeCapabilities", call: func(ctx context.Context, p *testProxy, id string) error {
-		_, err := p.Controller.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
+		_, err := p.Controller.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
 		return err
 	}},
 	{method: "CreateSnapshot", call: func(ctx context.Context, p *testProxy, id string) error {
@@ -57,11 +58,11 @@ var routedCalls = []routedCall{
 		return err
 	}},
 	{method: "NodeStageVolume", call: func(ctx context.Context, p *testProxy, id string) error {
-		_, err := p.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: "/mnt/staging", VolumeCapability: mountCap()})
+		_, err := p.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: "/mnt/staging", VolumeCapability: testkit.RWO()})
 		return err
 	}},
 	{method: "NodePublishVolume", call: func(ctx context.Context, p *testProxy, id string) error {
-		_, err := p.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: "/mnt/target", VolumeCapability: mountCap()})
+		_, err := p.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: "/mnt/target", VolumeCapability: testkit.RWO()})
 		return err
 	}},
 	{method: "NodeGetVolumeStats", call: func(ctx context.Context, p *testProxy, id string) error {
@@ -155,28 +156,28 @@ func TestRoutedCallsRequests(t *testing.T) {
 			name: "ControllerExpandVolume",
 			call: func(ctx context.Context, p *testProxy) (proto.Message, error) {
 				return p.Controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
-					VolumeId: "v:a/vol-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: secrets, VolumeCapability: mountCap()})
+					VolumeId: "v:a/vol-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: secrets, VolumeCapability: testkit.RWO()})
 			},
 			wantUp: &csi.ControllerExpandVolumeRequest{
-				VolumeId: "vol-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: merged, VolumeCapability: mountCap()},
+				VolumeId: "vol-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: merged, VolumeCapability: testkit.RWO()},
 			wantResp: &csi.ControllerExpandVolumeResponse{CapacityBytes: 2 << 30, NodeExpansionRequired: true},
 		},
 		{
 			name: "ValidateVolumeCapabilities",
 			call: func(ctx context.Context, p *testProxy) (proto.Message, error) {
 				return p.Controller.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{
-					VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+					VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 					VolumeContext: map[string]string{"from": "upstream"},
 					Parameters:    map[string]string{"connection": "a", "fs": "sc"}, Secrets: secrets})
 			},
 			wantUp: &csi.ValidateVolumeCapabilitiesRequest{
-				VolumeId: "vol-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				VolumeId: "vol-1", VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 				VolumeContext: map[string]string{"from": "upstream"},
 				Parameters:    map[string]string{"fs": "sc", "pool": "conn-pool"}, Secrets: merged},
 			// confirmed.parameters must be what the CO sent, or it would
 			// see a mismatch and treat the volume as incompatible.
 			wantResp: &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
-				VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+				VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 				Parameters:         map[string]string{"connection": "a", "fs": "sc"}}},
 		},
 		{
@@ -247,7 +248,7 @@ func TestCreateSnapshotUpstreamIDs(t *testing.T) {
 			p := startProxy(t, withMaxIDLength(128))
 			p.add(t, "a", conn{Endpoint: f.Endpoint, Secrets: map[string]string{"k": "s3cr3t-conn"}})
 			_, err := p.Controller.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap1", SourceVolumeId: "v:a/vol-1"})
-			wantCode(t, err, tt.wantCode, tt.wantMsg...)
+			testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 			var want []proto.Message
 			if tt.wantDelete {
 				want = []proto.Message{&csi.DeleteSnapshotRequest{SnapshotId: long, Secrets: map[string]string{"k": "s3cr3t-conn"}}}
@@ -291,7 +292,7 @@ func TestMalformedIDs(t *testing.T) {
 						t.Fatalf("got %v, want success", err)
 					}
 				} else {
-					wantCode(t, err, codes.NotFound)
+					testkit.WantCode(t, err, codes.NotFound)
 				}
 				if d := diff([]string(nil), f.routed()); d != "" {
 					t.Errorf("upstream received calls (-want +got):\n%s", d)
@@ -307,7 +308,7 @@ func TestEmptyIDs(t *testing.T) {
 	for _, rc := range routedCalls {
 		t.Run(rc.method, func(t *testing.T) {
 			p := startProxy(t)
-			wantCode(t, rc.call(callCtx(t), p, ""), codes.InvalidArgument)
+			testkit.WantCode(t, rc.call(callCtx(t), p, ""), codes.InvalidArgument)
 		})
 	}
 }
@@ -325,7 +326,7 @@ func TestMissingConnectionFile(t *testing.T) {
 			}
 			p.remove(t, "gone")
 			err := rc.call(callCtx(t), p, idOf(rc.method, "gone", "h-2"))
-			wantCode(t, err, codes.FailedPrecondition, `"gone"`, "gone.yaml")
+			testkit.WantCode(t, err, codes.FailedPrecondition, `"gone"`, "gone.yaml")
 		})
 	}
 }
@@ -339,7 +340,7 @@ func TestBrokenConnectionFile(t *testing.T) {
 	p.write(t, "bad", "driver: csi\ncsi:\n  endpoint: [not, a, string]\n")
 	ctx := callCtx(t)
 	_, err := p.Controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v:bad/vol-1"})
-	wantCode(t, err, codes.FailedPrecondition, `"bad"`, "bad.yaml")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `"bad"`, "bad.yaml")
 	if _, err := p.Controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v:good/vol-1"}); err != nil {
 		t.Fatalf("other connection: %v", err)
 	}
@@ -402,7 +403,7 @@ func TestValidateVolumeCapabilitiesUnconfirmed(t *testing.T) {
 	p := startProxy(t)
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	resp, err := p.Controller.ValidateVolumeCapabilities(callCtx(t), &csi.ValidateVolumeCapabilitiesRequest{
-		VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		VolumeId: "v:a/vol-1", VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()},
 		Parameters: map[string]string{"connection": "a"}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -38,7 +39,7 @@ func TestSelfRouteOwnSocket(t *testing.T) {
 	p.add(t, "via-link", conn{Endpoint: "unix://" + filepath.Join(dir, "link", "csi.sock")})
 	for _, name := range []string{"direct", "via-link"} {
 		_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": name}))
-		wantCode(t, err, codes.FailedPrecondition, `connection "`+name+`"`, "csi.endpoint", "this proxy's own socket")
+		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "`+name+`"`, "csi.endpoint", "this proxy's own socket")
 	}
 	if !pcsi.SameSocket("unix:"+own, "unix://"+filepath.Join(dir, ".", "csi.sock")) || pcsi.SameSocket("unix://"+own, "127.0.0.1:9000") {
 		t.Error("SameSocket")
@@ -52,7 +53,7 @@ func TestSelfRouteSameProcess(t *testing.T) {
 	p, g := startGuardedProxy(t) // knows no path of its own
 	p.add(t, "loop", conn{Endpoint: p.Endpoint})
 	_, err := p.Controller.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SnapshotId: "s:loop/x"})
-	wantCode(t, err, codes.FailedPrecondition, `connection "loop"`, "answers as this very proxy", g.Instance())
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "loop"`, "answers as this very proxy", g.Instance())
 	// The listing that would recurse without end skips it instead.
 	if _, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil {
 		t.Fatalf("ListVolumes: %v", err)
@@ -80,7 +81,7 @@ func TestSelfRouteChain(t *testing.T) {
 	}
 	// b loads to-a: a routes to b, so it is a cycle.
 	_, err := b.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": "to-a"}))
-	wantCode(t, err, codes.FailedPrecondition, `connection "to-a"`, "another proxy-topology", "route back to this proxy")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "to-a"`, "another proxy-topology", "route back to this proxy")
 
 	// A listing through a reaches b, whose to-a is refused (and skipped),
 	// and ends.
@@ -126,7 +127,7 @@ func TestSelfRouteRecheckedOnRefresh(t *testing.T) {
 		t.Errorf("listing after the re-check: %v, %v; want the refused connection skipped", resp, err)
 	}
 	_, err = p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-other/x1"})
-	wantCode(t, err, codes.FailedPrecondition, `connection "to-other" is refused`, "route back to this proxy")
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "to-other" is refused`, "route back to this proxy")
 	// Fixed on the other side: the next re-check accepts it again.
 	other.setResponse("GetPluginInfo", manifest(""))
 	p.Driver.RefreshCapabilities(callCtx(t))
@@ -161,6 +162,6 @@ func TestSelfRouteRecheckAsksEachUpstreamOnce(t *testing.T) {
 	p.Driver.RefreshCapabilities(callCtx(t))
 	for i := range n {
 		_, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: fmt.Sprintf("v:c%02d/x", i)})
-		wantCode(t, err, codes.FailedPrecondition, "is refused", "route back to this proxy")
+		testkit.WantCode(t, err, codes.FailedPrecondition, "is refused", "route back to this proxy")
 	}
 }

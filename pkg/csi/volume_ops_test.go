@@ -7,6 +7,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -70,7 +71,7 @@ func TestControllerModifyVolumeRefused(t *testing.T) {
 			p := startProxy(t)
 			p.add(t, "a", conn{Endpoint: f.Endpoint})
 			_, err := p.Controller.ControllerModifyVolume(callCtx(t), tt.req)
-			wantCode(t, err, tt.code, tt.message)
+			testkit.WantCode(t, err, tt.code, tt.message)
 			if got := f.routed(); len(got) != 0 {
 				t.Errorf("upstream received %v", got)
 			}
@@ -105,21 +106,21 @@ func TestGetSnapshot(t *testing.T) {
 
 	ctx := callCtx(t)
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "v:b/vol-1"})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{})
-	wantCode(t, err, codes.InvalidArgument)
+	testkit.WantCode(t, err, codes.InvalidArgument)
 
 	without := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT))
 	p.add(t, "c", conn{Endpoint: without.Endpoint})
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "s:c/snap-1"})
-	wantCode(t, err, codes.InvalidArgument, `connection "c"`, "GetSnapshot")
+	testkit.WantCode(t, err, codes.InvalidArgument, `connection "c"`, "GetSnapshot")
 
 	// An upstream answering a snapshot whose id cannot become a proxy id
 	// (a handle longer than the proxy parses back) is an error: its raw
 	// id must never reach the CO.
 	f.setResponse("GetSnapshot", &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: strings.Repeat("x", ids.MaxHandle+1)}})
 	_, err = p.Controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "s:b/snap-1"})
-	wantCode(t, err, codes.Internal, `connection "b"`, "cannot be made a proxy id")
+	testkit.WantCode(t, err, codes.Internal, `connection "b"`, "cannot be made a proxy id")
 }
 
 // TestControllerGetVolumeHealth routes by volume ID and hands back the
@@ -146,9 +147,9 @@ func TestControllerGetVolumeHealth(t *testing.T) {
 	without := newFakeUpstream(t)
 	p.add(t, "b", conn{Endpoint: without.Endpoint})
 	_, err = p.Controller.ControllerGetVolumeHealth(callCtx(t), &csi.ControllerGetVolumeHealthRequest{VolumeId: "v:b/vol-1"})
-	wantCode(t, err, codes.InvalidArgument, `connection "b"`, "ControllerGetVolumeHealth")
+	testkit.WantCode(t, err, codes.InvalidArgument, `connection "b"`, "ControllerGetVolumeHealth")
 	_, err = p.Controller.ControllerGetVolumeHealth(callCtx(t), &csi.ControllerGetVolumeHealthRequest{VolumeId: "b/vol-1"})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 }
 
 // TestNodeGetVolumeHealth routes by volume ID to the node upstream, hands
@@ -198,7 +199,7 @@ func TestNodeGetVolumeHealth(t *testing.T) {
 		p := startProxy(t)
 		p.add(t, "a", conn{Endpoint: f.Endpoint})
 		_, err := p.Node.NodeGetVolumeHealth(callCtx(t), &csi.NodeGetVolumeHealthRequest{VolumeId: "v:a/vol-1", VolumePublishPath: "/mnt/target"})
-		wantCode(t, err, codes.InvalidArgument, `connection "a"`, "NodeGetVolumeHealth")
+		testkit.WantCode(t, err, codes.InvalidArgument, `connection "a"`, "NodeGetVolumeHealth")
 		if got := f.routed(); len(got) != 0 {
 			t.Errorf("upstream received %v", got)
 		}

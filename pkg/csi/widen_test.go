@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -91,7 +92,7 @@ func TestUpstreamTopologyNeverWidened(t *testing.T) {
 			req.AccessibilityRequirements = tt.req
 			resp, err := p.Controller.CreateVolume(callCtx(t), req)
 			if tt.wantCode != codes.OK {
-				wantCode(t, err, tt.wantCode, tt.wantMsg...)
+				testkit.WantCode(t, err, tt.wantCode, tt.wantMsg...)
 			} else if err != nil {
 				t.Fatal(err)
 			} else if d := diff(tt.wantTopo, resp.GetVolume().GetAccessibleTopology()); d != "" {

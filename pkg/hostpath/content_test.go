@@ -14,17 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // fillTree writes a tree that exercises every kind of entry copyTree
 // handles.
 func fillTree(t *testing.T, root string) {
 	t.Helper()
-	writeFile(t, filepath.Join(root, "hello.txt"), "hello", 0o644)
-	writeFile(t, filepath.Join(root, "bin/run.sh"), "#!/bin/sh\n", 0o755)
-	writeFile(t, filepath.Join(root, "secret"), "s3cr3t", 0o600)
-	writeFile(t, filepath.Join(root, "deep/er/still/file"), "deep", 0o640)
-	writeFile(t, filepath.Join(root, "ro/locked"), "locked", 0o444)
+	testkit.WriteFile(t, filepath.Join(root, "hello.txt"), "hello", 0o644)
+	testkit.WriteFile(t, filepath.Join(root, "bin/run.sh"), "#!/bin/sh\n", 0o755)
+	testkit.WriteFile(t, filepath.Join(root, "secret"), "s3cr3t", 0o600)
+	testkit.WriteFile(t, filepath.Join(root, "deep/er/still/file"), "deep", 0o640)
+	testkit.WriteFile(t, filepath.Join(root, "ro/locked"), "locked", 0o444)
 	if err := os.Chmod(filepath.Join(root, "ro"), 0o555); err != nil { // copy must still fill it
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestCloneAndRestoreCopyContent(t *testing.T) {
 
 	// Snapshot, then change the source: the snapshot keeps the old content.
 	snap := mustSnapshot(t, d, "snap", src)
-	writeFile(t, filepath.Join(d.store.volumePath(src), "hello.txt"), "changed", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src), "hello.txt"), "changed", 0o644)
 
 	restored, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name: "restored", VolumeCapabilities: []*csi.VolumeCapability{rwo},
@@ -180,7 +182,7 @@ func TestCreateFromSourceErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new-" + tc.name,
 				VolumeCapabilities: []*csi.VolumeCapability{rwo}, CapacityRange: tc.cr, VolumeContentSource: tc.src})
-			wantCode(t, err, tc.code, tc.msg)
+			testkit.WantCode(t, err, tc.code, tc.msg)
 			if _, err := d.store.readVolume(volumeIDFor("new-" + tc.name)); !os.IsNotExist(err) {
 				t.Errorf("a failed create left a record: %v", err)
 			}
@@ -194,7 +196,7 @@ func TestFailedCopyLeavesNothing(t *testing.T) {
 	src := mustCreate(t, d, createReq("src", 0))
 	// The copier opens its root with O_NOFOLLOW; a data directory replaced
 	// by a symlink makes the copy fail after the work area was populated.
-	writeFile(t, filepath.Join(d.store.volumePath(src), "a/file"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src), "a/file"), "x", 0o644)
 	real := d.store.volumePath(src) + ".real"
 	if err := os.Rename(d.store.volumePath(src), real); err != nil {
 		t.Fatal(err)
@@ -204,7 +206,7 @@ func TestFailedCopyLeavesNothing(t *testing.T) {
 	}
 	_, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "broken-clone", VolumeCapabilities: []*csi.VolumeCapability{rwo},
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}}})
-	wantCode(t, err, codes.Internal, "copy")
+	testkit.WantCode(t, err, codes.Internal, "copy")
 	id := volumeIDFor("broken-clone")
 	if _, err := os.Lstat(d.store.volumePath(id)); !os.IsNotExist(err) {
 		t.Errorf("failed clone left data: %v", err)
@@ -221,9 +223,9 @@ func TestCopyTreeRefusesSymlinkedDirectories(t *testing.T) {
 	// A pod can swap a directory for a symlink at any time; the copier must
 	// never descend through it (it would read host files as root).
 	src := t.TempDir()
-	writeFile(t, filepath.Join(src, "real/file"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(src, "real/file"), "x", 0o644)
 	outside := t.TempDir()
-	writeFile(t, filepath.Join(outside, "host-secret"), "secret", 0o600)
+	testkit.WriteFile(t, filepath.Join(outside, "host-secret"), "secret", 0o600)
 	if err := os.Symlink(outside, filepath.Join(src, "sneaky")); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +254,7 @@ func TestCopyTreeRefusesSymlinkedDirectories(t *testing.T) {
 
 func TestCopyTreeCancelled(t *testing.T) {
 	src := t.TempDir()
-	writeFile(t, filepath.Join(src, "f"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(src, "f"), "x", 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := copyTree(ctx, src, filepath.Join(t.TempDir(), "copy"))

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func TestCreateVolumeIdempotency(t *testing.T) {
@@ -25,7 +27,7 @@ func TestCreateVolumeIdempotency(t *testing.T) {
 		t.Fatalf("first CreateVolume (-want +got):\n%s", diff)
 	}
 	// The CO may write before a retry; a retry must not reset the data.
-	writeFile(t, d.store.volumePath(first.Volume.VolumeId)+"/keep", "data", 0o644)
+	testkit.WriteFile(t, d.store.volumePath(first.Volume.VolumeId)+"/keep", "data", 0o644)
 
 	tests := []struct {
 		name string
@@ -39,7 +41,7 @@ func TestCreateVolumeIdempotency(t *testing.T) {
 		{"limit above size fits", &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{rwo},
 			CapacityRange: &csi.CapacityRange{RequiredBytes: 10 << 20, LimitBytes: 20 << 20}}, codes.OK, ""},
 		{"other capabilities", &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{
-			mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER)}}, codes.OK, ""},
+			testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER)}}, codes.OK, ""},
 		{"larger required", createReq("pvc-1", 20<<20), codes.AlreadyExists, "10485760 bytes"},
 		{"limit below size", &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{rwo},
 			CapacityRange: &csi.CapacityRange{LimitBytes: 5 << 20}}, codes.AlreadyExists, "limit_bytes=5242880"},
@@ -51,7 +53,7 @@ func TestCreateVolumeIdempotency(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := d.CreateVolume(ctx, tc.req)
 			if tc.code != codes.OK {
-				wantCode(t, err, tc.code, tc.msg)
+				testkit.WantCode(t, err, tc.code, tc.msg)
 				return
 			}
 			if err != nil {
@@ -92,7 +94,7 @@ func TestCreateVolumeConcurrentSameName(t *testing.T) {
 
 func TestCreateVolumeValidation(t *testing.T) {
 	d := newTestDriver(t, Options{})
-	multi := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	multi := testkit.MountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	tests := []struct {
 		name string
 		req  *csi.CreateVolumeRequest
@@ -109,7 +111,7 @@ func TestCreateVolumeValidation(t *testing.T) {
 		{"no access mode", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}}}, codes.InvalidArgument, "access_mode is required"},
 		{"unknown mount flag", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{
-			mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "discard")}}, codes.InvalidArgument, `"discard"`},
+			testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "discard")}}, codes.InvalidArgument, `"discard"`},
 		{"mutable parameters", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwo},
 			MutableParameters: map[string]string{"iops": "1"}}, codes.InvalidArgument, "mutable_parameters"},
 		{"negative required", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwo},
@@ -127,7 +129,7 @@ func TestCreateVolumeValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := d.CreateVolume(context.Background(), tc.req)
-			wantCode(t, err, tc.code, tc.msg)
+			testkit.WantCode(t, err, tc.code, tc.msg)
 		})
 	}
 	if recs, _ := d.store.listVolumes(); len(recs) != 0 {
@@ -191,7 +193,7 @@ func TestDeleteVolume(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("del", 0))
-	writeFile(t, d.store.volumePath(id)+"/a/b", "x", 0o400)
+	testkit.WriteFile(t, d.store.volumePath(id)+"/a/b", "x", 0o400)
 	if err := os.Chmod(d.store.volumePath(id)+"/a", 0o500); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestDeleteVolume(t *testing.T) {
 		t.Errorf("record still there: %v", err)
 	}
 	_, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{})
-	wantCode(t, err, codes.InvalidArgument, "volume_id is required")
+	testkit.WantCode(t, err, codes.InvalidArgument, "volume_id is required")
 }
 
 func TestValidateVolumeCapabilities(t *testing.T) {
@@ -225,11 +227,11 @@ func TestValidateVolumeCapabilities(t *testing.T) {
 		{"supported", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{rwo},
 			Parameters: map[string]string{"a": "b"}}, codes.OK, true, ""},
 		{"reader only", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{
-			mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}}, codes.OK, true, ""},
+			testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}}, codes.OK, true, ""},
 		{"block is not confirmed", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{
 			blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}}, codes.OK, false, "block"},
 		{"multi node is not confirmed", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{
-			mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}}, codes.OK, false, "node-local"},
+			testkit.MountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}}, codes.OK, false, "node-local"},
 		{"no id", &csi.ValidateVolumeCapabilitiesRequest{VolumeCapabilities: []*csi.VolumeCapability{rwo}}, codes.InvalidArgument, false, "volume_id"},
 		{"no capabilities", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id}, codes.InvalidArgument, false, "volume_capabilities"},
 		{"unknown volume", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: volumeIDFor("nope"), VolumeCapabilities: []*csi.VolumeCapability{rwo}},
@@ -239,7 +241,7 @@ func TestValidateVolumeCapabilities(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := d.ValidateVolumeCapabilities(ctx, tc.req)
 			if tc.code != codes.OK {
-				wantCode(t, err, tc.code, tc.msg)
+				testkit.WantCode(t, err, tc.code, tc.msg)
 				return
 			}
 			if err != nil {
@@ -289,7 +291,7 @@ func TestControllerExpandVolume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := d.ControllerExpandVolume(ctx, tc.req)
 			if tc.code != codes.OK {
-				wantCode(t, err, tc.code, tc.msg)
+				testkit.WantCode(t, err, tc.code, tc.msg)
 			} else if err != nil {
 				t.Fatal(err)
 			} else if diff := cmp.Diff(&csi.ControllerExpandVolumeResponse{CapacityBytes: tc.want}, resp, protocmp.Transform()); diff != "" {
@@ -364,11 +366,11 @@ func TestControllerGetVolumeAndHealth(t *testing.T) {
 		t.Errorf("ControllerListVolumeHealth = %v, want the one broken volume", list)
 	}
 	_, err = d.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: "bogus"})
-	wantCode(t, err, codes.Aborted, "bogus")
+	testkit.WantCode(t, err, codes.Aborted, "bogus")
 	_, err = d.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volumeIDFor("missing")})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 	_, err = d.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{})
-	wantCode(t, err, codes.InvalidArgument, "volume_id is required")
+	testkit.WantCode(t, err, codes.InvalidArgument, "volume_id is required")
 }
 
 func TestControllerCapabilities(t *testing.T) {

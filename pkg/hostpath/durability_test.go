@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // These tests prove the ordering that power-loss durability rests on
@@ -72,7 +74,7 @@ func createVol(t *testing.T, d *Driver, name string, params map[string]string) *
 	t.Helper()
 	resp, err := d.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
 		Name:               name,
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
+		VolumeCapabilities: []*csi.VolumeCapability{testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: 5 << 20},
 		Parameters:         params,
 	})
@@ -178,11 +180,11 @@ func TestExpandSyncsBeforeRename(t *testing.T) {
 func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 	d, r := tracedDriver(t)
 	src := createVol(t, d, "src", nil)
-	writeFile(t, filepath.Join(d.store.volumePath(src.GetVolumeId()), "f"), "data", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src.GetVolumeId()), "f"), "data", 0o644)
 	r.take()
 	resp, err := d.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
 		Name:               "clone",
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
+		VolumeCapabilities: []*csi.VolumeCapability{testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.GetVolumeId()},
 		}},
@@ -254,9 +256,9 @@ func TestRecoverLeftovers(t *testing.T) {
 	kept := createVol(t, d, "kept", nil).GetVolumeId()
 	s := d.store
 	noData := volumeIDFor("record-without-data")
-	writeFile(t, s.recordPath("volumes", noData), `{"id":"`+noData+`","name":"record-without-data"}`, 0o640)
+	testkit.WriteFile(t, s.recordPath("volumes", noData), `{"id":"`+noData+`","name":"record-without-data"}`, 0o640)
 	empty := volumeIDFor("empty-record")
-	writeFile(t, s.recordPath("volumes", empty), "", 0o640)
+	testkit.WriteFile(t, s.recordPath("volumes", empty), "", 0o640)
 	if err := os.Mkdir(s.volumePath(empty), 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -265,13 +267,13 @@ func TestRecoverLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpRec := filepath.Join(s.metaDir("volumes"), "."+orphan+".json.123.tmp")
-	writeFile(t, tmpRec, "{", 0o640)
+	testkit.WriteFile(t, tmpRec, "{", 0o640)
 	// A Driver that was killed: its work and lock stay.
 	dead := filepath.Join(s.tmpDir(), "deadbeefdeadbeef")
 	if err := os.MkdirAll(filepath.Join(dead, "volume-x-1"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, dead+".lock", "", 0o640)
+	testkit.WriteFile(t, dead+".lock", "", 0o640)
 
 	// With another live Driver (d) on the base path, data without a record
 	// may be a create between its renames: it stays.

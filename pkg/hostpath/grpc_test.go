@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // serve registers d on a gRPC server over an in-memory listener and
@@ -83,16 +85,16 @@ func TestServeOverGRPC(t *testing.T) {
 
 	// Deliberately unsupported RPCs answer UNIMPLEMENTED.
 	_, err = ctrl.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: created.Volume.VolumeId})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 	_, err = ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: created.Volume.VolumeId, NodeId: "n", VolumeCapability: rwo})
-	wantCode(t, err, codes.Unimplemented)
+	testkit.WantCode(t, err, codes.Unimplemented)
 
 	// Probe fails once BasePath is gone, so a liveness probe restarts us.
 	if err := os.RemoveAll(d.opts.BasePath); err != nil {
 		t.Fatal(err)
 	}
 	_, err = id.Probe(ctx, &csi.ProbeRequest{})
-	wantCode(t, err, codes.FailedPrecondition, "base path")
+	testkit.WantCode(t, err, codes.FailedPrecondition, "base path")
 }
 
 func TestKeyedLocks(t *testing.T) {
@@ -129,7 +131,7 @@ func TestKeyedLocks(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	_, err = k.lock(short, "aaa", "held") // takes "aaa", then waits
-	wantCode(t, err, codes.DeadlineExceeded)
+	testkit.WantCode(t, err, codes.DeadlineExceeded)
 	unlock()
 	again, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()

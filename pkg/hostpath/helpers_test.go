@@ -5,15 +5,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 const testNode = "node-1"
@@ -75,13 +73,6 @@ func mountDir(t *testing.T) string {
 	return dir
 }
 
-func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-	}
-}
-
 func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
 	return &csi.VolumeCapability{
 		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
@@ -89,7 +80,7 @@ func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
 	}
 }
 
-var rwo = mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+var rwo = testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
 
 func createReq(name string, required int64) *csi.CreateVolumeRequest {
 	req := &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{rwo}}
@@ -116,37 +107,6 @@ func mustSnapshot(t *testing.T, d *Driver, name, volumeID string) string {
 		t.Fatalf("CreateSnapshot(%q): %v", name, err)
 	}
 	return resp.GetSnapshot().GetSnapshotId()
-}
-
-// wantCode fails unless err is a status with code want whose message
-// contains every fragment.
-func wantCode(t *testing.T, err error, want codes.Code, fragments ...string) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	if !ok {
-		t.Fatalf("error %v is not a gRPC status", err)
-	}
-	if st.Code() != want {
-		t.Fatalf("code = %s (%q), want %s", st.Code(), st.Message(), want)
-	}
-	for _, f := range fragments {
-		if !strings.Contains(st.Message(), f) {
-			t.Errorf("message %q does not mention %q", st.Message(), f)
-		}
-	}
-}
-
-func writeFile(t *testing.T, path, content string, perm os.FileMode) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), perm); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, perm); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func readFile(t *testing.T, path string) string {

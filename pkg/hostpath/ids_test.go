@@ -10,6 +10,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func TestIDs(t *testing.T) {
@@ -48,8 +50,8 @@ var hostileIDs = []string{
 func TestHostileIDsStayInside(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	writeFile(t, filepath.Join(root, "victim", "file"), "precious", 0o644)
-	writeFile(t, filepath.Join(root, "x"), "precious too", 0o644)
+	testkit.WriteFile(t, filepath.Join(root, "victim", "file"), "precious", 0o644)
+	testkit.WriteFile(t, filepath.Join(root, "x"), "precious too", 0o644)
 	d := newTestDriver(t, Options{BasePath: filepath.Join(root, "base"), Stage: true, ControllerPublish: true})
 	real := mustCreate(t, d, createReq("real", 0))
 	before := listTree(t, root)
@@ -157,7 +159,7 @@ func TestHostileIDsStayInside(t *testing.T) {
 					t.Errorf("%q: no error, want %s", id, c.code)
 					continue
 				}
-				wantCode(t, err, c.code)
+				testkit.WantCode(t, err, c.code)
 			}
 		})
 	}

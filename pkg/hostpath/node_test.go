@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
 	"k8s.io/mount-utils"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func publish(d *Driver, id, target, staging string, vc *csi.VolumeCapability, readonly bool) error {
@@ -53,7 +55,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("pub", 1<<20))
-	writeFile(t, filepath.Join(d.store.volumePath(id), "hello"), "from the volume", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "hello"), "from the volume", 0o644)
 	// The parent of target_path does not exist yet: publish creates both.
 	target := filepath.Join(mountDir(t), "pods", "uid", "mount")
 
@@ -65,12 +67,12 @@ func TestNodePublishUnpublish(t *testing.T) {
 	if got := readFile(t, filepath.Join(target, "hello")); got != "from the volume" {
 		t.Errorf("through the mount: %q", got)
 	}
-	writeFile(t, filepath.Join(target, "written"), "by the pod", 0o644)
+	testkit.WriteFile(t, filepath.Join(target, "written"), "by the pod", 0o644)
 	if got := readFile(t, filepath.Join(d.store.volumePath(id), "written")); got != "by the pod" {
 		t.Errorf("in the volume: %q", got)
 	}
 	err := publish(d, id, target, "", rwo, true)
-	wantCode(t, err, codes.AlreadyExists, "readonly=false")
+	testkit.WantCode(t, err, codes.AlreadyExists, "readonly=false")
 
 	stats, err := d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
 	if err != nil {
@@ -87,7 +89,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 	}
 	_, err = d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: target,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}})
-	wantCode(t, err, codes.OutOfRange, "ControllerExpandVolume first")
+	testkit.WantCode(t, err, codes.OutOfRange, "ControllerExpandVolume first")
 	health, err := d.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: target})
 	if err != nil || len(health.VolumeHealth.HealthStatuses) != 0 {
 		t.Errorf("health while published = %v, %v", health, err)
@@ -95,7 +97,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 
 	// A volume in use cannot be deleted.
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
-	wantCode(t, err, codes.FailedPrecondition, "still mounted at "+target)
+	testkit.WantCode(t, err, codes.FailedPrecondition, "still mounted at "+target)
 
 	for range 2 { // the second unpublish finds nothing to do
 		unpublish(t, d, id, target)
@@ -111,7 +113,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 		t.Errorf("health after unpublish = %v, %v", health, err)
 	}
 	_, err = d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
-	wantCode(t, err, codes.NotFound, target)
+	testkit.WantCode(t, err, codes.NotFound, target)
 	if _, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 		t.Errorf("DeleteVolume after unpublish: %v", err)
 	}
@@ -127,8 +129,8 @@ func TestNodePublishReadOnly(t *testing.T) {
 		pubCtx   map[string]string
 	}{
 		{"readonly flag", Options{}, rwo, true, nil},
-		{"reader-only access mode", Options{}, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY), false, nil},
-		{"ro mount flag", Options{}, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ro", "noexec"), false, nil},
+		{"reader-only access mode", Options{}, testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY), false, nil},
+		{"ro mount flag", Options{}, testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ro", "noexec"), false, nil},
 		{"controller-published readonly", Options{ControllerPublish: true}, rwo, false, map[string]string{publishContextReadonly: "true"}},
 		{"staged, readonly flag", Options{Stage: true}, rwo, true, nil},
 	}
@@ -137,7 +139,7 @@ func TestNodePublishReadOnly(t *testing.T) {
 			ctx := context.Background()
 			d := newTestDriver(t, tc.opts)
 			id := mustCreate(t, d, createReq("ro", 0))
-			writeFile(t, filepath.Join(d.store.volumePath(id), "file"), "content", 0o644)
+			testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "file"), "content", 0o644)
 			dir := mountDir(t)
 			target := filepath.Join(dir, "target")
 			var staging string
@@ -168,7 +170,7 @@ func TestNodePublishReadOnly(t *testing.T) {
 				t.Errorf("mountinfo of target = %+v, want ro", m)
 			}
 			// The volume itself stays writable.
-			writeFile(t, filepath.Join(d.store.volumePath(id), "still-writable"), "x", 0o644)
+			testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "still-writable"), "x", 0o644)
 		})
 	}
 }
@@ -178,7 +180,7 @@ func TestNodePublishMountFlags(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("flags", 0))
 	target := filepath.Join(mountDir(t), "target")
-	if err := publish(d, id, target, "", mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "nosuid", "nodev", "noexec"), false); err != nil {
+	if err := publish(d, id, target, "", testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "nosuid", "nodev", "noexec"), false); err != nil {
 		t.Fatal(err)
 	}
 	defer unpublish(t, d, id, target)
@@ -203,11 +205,11 @@ func TestNodePublishConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unpublish(t, d, other, busy)
-	wantCode(t, publish(d, vol, busy, "", rwo, false), codes.AlreadyExists, "something other than volume "+vol)
+	testkit.WantCode(t, publish(d, vol, busy, "", rwo, false), codes.AlreadyExists, "something other than volume "+vol)
 
 	// SINGLE_NODE_SINGLE_WRITER allows one target; the other single-node
 	// writer modes allow several on the same node.
-	snsw := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
+	snsw := testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
 	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
 	if err := publish(d, vol, first, "", snsw, false); err != nil {
 		t.Fatal(err)
@@ -216,20 +218,20 @@ func TestNodePublishConflicts(t *testing.T) {
 	if err := publish(d, vol, first, "", snsw, false); err != nil {
 		t.Errorf("republishing the same target: %v", err)
 	}
-	wantCode(t, publish(d, vol, second, "", snsw, false), codes.FailedPrecondition, "already published at "+first)
+	testkit.WantCode(t, publish(d, vol, second, "", snsw, false), codes.FailedPrecondition, "already published at "+first)
 	if _, err := os.Lstat(second); !os.IsNotExist(err) {
 		t.Errorf("refused publish created its target: %v", err)
 	}
-	if err := publish(d, vol, second, "", mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER), false); err != nil {
+	if err := publish(d, vol, second, "", testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER), false); err != nil {
 		t.Errorf("SINGLE_NODE_MULTI_WRITER at a second target: %v", err)
 	}
 	unpublish(t, d, vol, second)
 
 	// Something that is not a mount but has content is never deleted.
 	notOurs := filepath.Join(dir, "not-ours")
-	writeFile(t, filepath.Join(notOurs, "precious"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(notOurs, "precious"), "x", 0o644)
 	_, err := d.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: notOurs})
-	wantCode(t, err, codes.FailedPrecondition, "not empty")
+	testkit.WantCode(t, err, codes.FailedPrecondition, "not empty")
 	if got := readFile(t, filepath.Join(notOurs, "precious")); got != "x" {
 		t.Errorf("content was touched: %q", got)
 	}
@@ -240,13 +242,13 @@ func TestNodeStageMode(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{Stage: true})
 	id := mustCreate(t, d, createReq("staged", 0))
-	writeFile(t, filepath.Join(d.store.volumePath(id), "f"), "staged data", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "f"), "staged data", 0o644)
 	dir := mountDir(t)
 	staging := filepath.Join(dir, "globalmount")
 	target := filepath.Join(dir, "pod")
 
-	wantCode(t, publish(d, id, target, "", rwo, false), codes.FailedPrecondition, "staging_target_path is required")
-	wantCode(t, publish(d, id, target, staging, rwo, false), codes.FailedPrecondition, "not staged")
+	testkit.WantCode(t, publish(d, id, target, "", rwo, false), codes.FailedPrecondition, "staging_target_path is required")
+	testkit.WantCode(t, publish(d, id, target, staging, rwo, false), codes.FailedPrecondition, "not staged")
 
 	stage := func() error {
 		_, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: rwo})
@@ -273,11 +275,11 @@ func TestNodeStageMode(t *testing.T) {
 		t.Errorf("through the published mount: %q", got)
 	}
 	// Staging and publishing the same volume is not a second writer.
-	if err := publish(d, id, filepath.Join(dir, "pod2"), staging, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), false); err == nil {
+	if err := publish(d, id, filepath.Join(dir, "pod2"), staging, testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), false); err == nil {
 		t.Errorf("SINGLE_NODE_SINGLE_WRITER publish next to an existing target succeeded")
 	}
 	unpublish(t, d, id, target)
-	if err := publish(d, id, filepath.Join(dir, "pod2"), staging, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), false); err != nil {
+	if err := publish(d, id, filepath.Join(dir, "pod2"), staging, testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), false); err != nil {
 		t.Errorf("SINGLE_NODE_SINGLE_WRITER with only the staging mount around: %v", err)
 	}
 	unpublish(t, d, id, filepath.Join(dir, "pod2"))
@@ -298,7 +300,7 @@ func TestNodeStageMode(t *testing.T) {
 	}
 	defer unstage()
 	_, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: other, StagingTargetPath: staging, VolumeCapability: rwo})
-	wantCode(t, err, codes.AlreadyExists, "something other than volume "+other)
+	testkit.WantCode(t, err, codes.AlreadyExists, "something other than volume "+other)
 }
 
 func TestNodeCapabilitiesAndInfo(t *testing.T) {
@@ -343,9 +345,9 @@ func TestNodeCapabilitiesAndInfo(t *testing.T) {
 	// Without Stage the stage RPCs are deliberately unimplemented.
 	plain := newTestDriver(t, Options{})
 	_, err = plain.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "x", StagingTargetPath: "/x", VolumeCapability: rwo})
-	wantCode(t, err, codes.Unimplemented, "STAGE_UNSTAGE_VOLUME")
+	testkit.WantCode(t, err, codes.Unimplemented, "STAGE_UNSTAGE_VOLUME")
 	_, err = plain.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "x", StagingTargetPath: "/x"})
-	wantCode(t, err, codes.Unimplemented, "STAGE_UNSTAGE_VOLUME")
+	testkit.WantCode(t, err, codes.Unimplemented, "STAGE_UNSTAGE_VOLUME")
 }
 
 func TestNodeRequestValidation(t *testing.T) {
@@ -354,7 +356,7 @@ func TestNodeRequestValidation(t *testing.T) {
 	id := mustCreate(t, d, createReq("v", 0))
 	abs := filepath.Join(t.TempDir(), "t")
 	block := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
-	multi := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	multi := testkit.MountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	tests := []struct {
 		name string
 		call func() error
@@ -431,7 +433,7 @@ func TestNodeRequestValidation(t *testing.T) {
 				}
 				return
 			}
-			wantCode(t, err, tc.code, tc.msg)
+			testkit.WantCode(t, err, tc.code, tc.msg)
 		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // BenchmarkPair is one CreateVolume+DeleteVolume pair on the driver,
@@ -21,7 +23,7 @@ func BenchmarkPair(b *testing.B) {
 	}
 	defer d.Close()
 	var n atomic.Int64
-	caps := []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
+	caps := []*csi.VolumeCapability{testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
 	b.SetParallelism(8)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func ctrlPublish(d *Driver, id, node string, vc *csi.VolumeCapability, readonly bool) (*csi.ControllerPublishVolumeResponse, error) {
@@ -29,7 +31,7 @@ func TestControllerPublish(t *testing.T) {
 	b := mustCreate(t, d, createReq("b", 0))
 	c := mustCreate(t, d, createReq("c", 0))
 	e := mustCreate(t, d, createReq("e", 0))
-	ro := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
+	ro := testkit.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
 
 	tests := []struct {
 		name string
@@ -65,7 +67,7 @@ func TestControllerPublish(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := ctrlPublish(tc.d, tc.id, tc.node, tc.vc, tc.ro)
 			if tc.code != codes.OK {
-				wantCode(t, err, tc.code, tc.msg)
+				testkit.WantCode(t, err, tc.code, tc.msg)
 				return
 			}
 			if err != nil {
@@ -95,7 +97,7 @@ func TestControllerPublish(t *testing.T) {
 
 	// Attached volumes cannot be deleted; unpublish frees them.
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: a})
-	wantCode(t, err, codes.FailedPrecondition, "still published to node(s) node-1")
+	testkit.WantCode(t, err, codes.FailedPrecondition, "still published to node(s) node-1")
 	for range 2 {
 		if _, err := d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: a, NodeId: testNode}); err != nil {
 			t.Fatal(err)
@@ -126,16 +128,16 @@ func TestControllerPublish(t *testing.T) {
 		}
 	}
 	_, err = d.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{NodeId: "n1"})
-	wantCode(t, err, codes.InvalidArgument, "volume_id")
+	testkit.WantCode(t, err, codes.InvalidArgument, "volume_id")
 }
 
 func TestControllerPublishDisabled(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("a", 0))
 	_, err := ctrlPublish(d, id, "n1", rwo, false)
-	wantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
+	testkit.WantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
 	_, err = d.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "n1"})
-	wantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
+	testkit.WantCode(t, err, codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME")
 	// Without the capability, list entries carry no status.
 	list, err := d.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
 	if err != nil || len(list.Entries) != 1 || list.Entries[0].Status != nil {

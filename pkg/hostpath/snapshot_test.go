@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func TestCreateSnapshot(t *testing.T) {
@@ -50,7 +52,7 @@ func TestCreateSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := d.CreateSnapshot(ctx, tc.req)
 			if tc.code != codes.OK {
-				wantCode(t, err, tc.code, tc.msg)
+				testkit.WantCode(t, err, tc.code, tc.msg)
 				return
 			}
 			if err != nil {
@@ -70,7 +72,7 @@ func TestCreateSnapshot(t *testing.T) {
 		t.Errorf("GetSnapshot (-want +got):\n%s", diff)
 	}
 	_, err = d.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "none-exist-id"})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 
 	for range 2 {
 		if _, err := d.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapshotIDFor("s")}); err != nil {
@@ -78,9 +80,9 @@ func TestCreateSnapshot(t *testing.T) {
 		}
 	}
 	_, err = d.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: snapshotIDFor("s")})
-	wantCode(t, err, codes.NotFound)
+	testkit.WantCode(t, err, codes.NotFound)
 	_, err = d.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{})
-	wantCode(t, err, codes.InvalidArgument, "snapshot_id is required")
+	testkit.WantCode(t, err, codes.InvalidArgument, "snapshot_id is required")
 }
 
 func TestListSnapshotsFilters(t *testing.T) {
@@ -221,14 +223,14 @@ func TestPagination(t *testing.T) {
 
 	for _, bad := range []string{"invalid-token", "vol-xyz", "../x", snapshotIDFor("x")} {
 		_, _, err := listVolumes(bad, 0)
-		wantCode(t, err, codes.Aborted, "starting_token")
+		testkit.WantCode(t, err, codes.Aborted, "starting_token")
 	}
 	_, _, err = listSnapshots(volumeIDFor("x"), 0)
-	wantCode(t, err, codes.Aborted)
+	testkit.WantCode(t, err, codes.Aborted)
 	_, _, err = listVolumes("", -1)
-	wantCode(t, err, codes.InvalidArgument, "max_entries -1")
+	testkit.WantCode(t, err, codes.InvalidArgument, "max_entries -1")
 	_, _, err = listSnapshots("", -1)
-	wantCode(t, err, codes.InvalidArgument, "max_entries -1")
+	testkit.WantCode(t, err, codes.InvalidArgument, "max_entries -1")
 }
 
 func mustIDs(ids []string, _ string, _ error) []string { return ids }

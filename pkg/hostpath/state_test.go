@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -53,7 +55,7 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	// BasePath that is a file cannot be used.
 	file := filepath.Join(t.TempDir(), "file")
-	writeFile(t, file, "", 0o644)
+	testkit.WriteFile(t, file, "", 0o644)
 	o := ok
 	o.BasePath = file
 	if _, err := New(o); err == nil || !strings.Contains(err.Error(), "BasePath") {
@@ -81,7 +83,7 @@ func TestRestartKeepsState(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "base")
 	d1 := newTestDriver(t, Options{BasePath: base, ControllerPublish: true})
 	vol := mustCreate(t, d1, createReq("persist", 3<<20))
-	writeFile(t, filepath.Join(d1.store.volumePath(vol), "f"), "kept", 0o644)
+	testkit.WriteFile(t, filepath.Join(d1.store.volumePath(vol), "f"), "kept", 0o644)
 	snap := mustSnapshot(t, d1, "persist-snap", vol)
 	if _, err := ctrlPublish(d1, vol, testNode, rwo, false); err != nil {
 		t.Fatal(err)
@@ -128,11 +130,11 @@ func TestStaleWorkIsPurged(t *testing.T) {
 	}
 	// A Driver that died: its work directory and an unlocked lock file.
 	dead := filepath.Join(base, "tmp", "deadbeef")
-	writeFile(t, filepath.Join(dead, "volume-x", "data", "half-copied"), "x", 0o644)
-	writeFile(t, dead+".lock", "", 0o600)
+	testkit.WriteFile(t, filepath.Join(dead, "volume-x", "data", "half-copied"), "x", 0o644)
+	testkit.WriteFile(t, dead+".lock", "", 0o600)
 	// One that died while removing its work: no lock file left.
 	orphan := filepath.Join(base, "tmp", "0badcafe")
-	writeFile(t, filepath.Join(orphan, "junk"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(orphan, "junk"), "x", 0o644)
 
 	newTestDriver(t, Options{BasePath: base})
 	for _, gone := range []string{dead, dead + ".lock", orphan} {
@@ -150,7 +152,7 @@ func TestCreateReplacesDataWithoutRecord(t *testing.T) {
 	// leaves data nobody can reach; the retried CreateVolume replaces it.
 	d := newTestDriver(t, Options{})
 	id := volumeIDFor("crashed")
-	writeFile(t, filepath.Join(d.store.volumePath(id), "stale"), "x", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "stale"), "x", 0o644)
 	if got := mustCreate(t, d, createReq("crashed", 0)); got != id {
 		t.Fatalf("id = %s, want %s", got, id)
 	}
@@ -182,9 +184,9 @@ func TestRecordsAreWrittenAtomically(t *testing.T) {
 func TestCorruptRecord(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("v", 0))
-	writeFile(t, d.store.recordPath("volumes", id), "{not json", 0o640)
+	testkit.WriteFile(t, d.store.recordPath("volumes", id), "{not json", 0o640)
 	_, err := d.ControllerGetVolume(context.Background(), &csi.ControllerGetVolumeRequest{VolumeId: id})
-	wantCode(t, err, codes.Internal, id+".json is corrupt")
+	testkit.WantCode(t, err, codes.Internal, id+".json is corrupt")
 	_, err = d.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
-	wantCode(t, err, codes.Internal, "corrupt")
+	testkit.WantCode(t, err, codes.Internal, "corrupt")
 }

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -120,20 +120,6 @@ func (p *proxy) write(t *testing.T, name, content string) {
 	}
 }
 
-func mountCap() []*csi.VolumeCapability {
-	return []*csi.VolumeCapability{{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}}
-}
-
-func wantCode(t *testing.T, what string, err error, want codes.Code) {
-	t.Helper()
-	if got := status.Code(err); got != want {
-		t.Fatalf("%s: got %v (%v), want %v", what, got, err, want)
-	}
-}
-
 // TestScrapeAfterScriptedCalls runs a fixed set of calls through the proxy
 // and checks every counter they move, by method, connection and code.
 func TestScrapeAfterScriptedCalls(t *testing.T) {
@@ -147,33 +133,33 @@ func TestScrapeAfterScriptedCalls(t *testing.T) {
 
 	for range 2 {
 		_, err := p.identity.Probe(ctx, &csi.ProbeRequest{})
-		wantCode(t, "Probe", err, codes.OK)
+		testkit.WantCode(t, err, codes.OK)
 	}
 	create := func(name string, params map[string]string) (*csi.CreateVolumeResponse, error) {
-		return p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: mountCap()})
+		return p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
 	}
 	vol, err := create("pvc-a", map[string]string{"connection": "local"})
-	wantCode(t, "CreateVolume local", err, codes.OK)
+	testkit.WantCode(t, err, codes.OK)
 	_, err = create("pvc-b", map[string]string{"connection": "broken"})
-	wantCode(t, "CreateVolume broken", err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 	_, err = create("pvc-c", map[string]string{"connection": "typo-in-storageclass"})
-	wantCode(t, "CreateVolume missing", err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 	_, err = create("pvc-d", nil)
-	wantCode(t, "CreateVolume without connection", err, codes.InvalidArgument)
+	testkit.WantCode(t, err, codes.InvalidArgument)
 
 	// A file that does not load fails the listing (a list without its
 	// volumes would read as "gone" to the CO; docs/operations.md).
 	_, err = p.controller.ListVolumes(ctx, &csi.ListVolumesRequest{})
-	wantCode(t, "ListVolumes with a broken file", err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 
 	// A changed file is reloaded on the next call.
 	p.write(t, "local", localYAML+"# edited\n")
 	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId()})
-	wantCode(t, "DeleteVolume", err, codes.OK)
+	testkit.WantCode(t, err, codes.OK)
 	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "not-made-by-the-proxy"})
-	wantCode(t, "DeleteVolume foreign id", err, codes.OK)
+	testkit.WantCode(t, err, codes.OK)
 	_, err = p.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v:gone/pvc-x"})
-	wantCode(t, "DeleteVolume of a removed connection", err, codes.FailedPrecondition)
+	testkit.WantCode(t, err, codes.FailedPrecondition)
 
 	g := p.m.Registry()
 	expect := func(text string, names ...string) {
@@ -255,10 +241,10 @@ func TestConnectionLabelBoundedWithoutCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 3 {
-		_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: mountCap()})
-		wantCode(t, "CreateVolume", err, codes.OK)
-		_, err = p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "nope-" + string(rune('a'+i))}, VolumeCapabilities: mountCap()})
-		wantCode(t, "CreateVolume", err, codes.FailedPrecondition)
+		_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
+		testkit.WantCode(t, err, codes.OK)
+		_, err = p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "nope-" + string(rune('a'+i))}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
+		testkit.WantCode(t, err, codes.FailedPrecondition)
 	}
 	err := testutil.GatherAndCompare(p.m.Registry(), strings.NewReader(`
 # HELP proxy_topology_connection_loads_total Connection files read and parsed, successful or not, first loads and reloads.
@@ -289,8 +275,8 @@ func TestConnectionsCachedFallsWhenEntriesExpire(t *testing.T) {
 	p.write(t, "local", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+t.TempDir()+"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: mountCap()})
-	wantCode(t, "CreateVolume", err, codes.OK)
+	_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc", Parameters: map[string]string{"connection": "local"}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
+	testkit.WantCode(t, err, codes.OK)
 
 	cached := func(want string) {
 		t.Helper()

@@ -10,6 +10,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestRemovedConnectionSeries: once a connection's file is gone, the next
@@ -26,8 +28,8 @@ func TestRemovedConnectionSeries(t *testing.T) {
 	defer cancel()
 	create := func(conn string, want codes.Code) {
 		t.Helper()
-		_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + conn, Parameters: map[string]string{"connection": conn}, VolumeCapabilities: mountCap()})
-		wantCode(t, "CreateVolume "+conn, err, want)
+		_, err := p.controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + conn, Parameters: map[string]string{"connection": conn}, VolumeCapabilities: []*csi.VolumeCapability{testkit.RWO()}})
+		testkit.WantCode(t, err, want)
 	}
 	create("gone", codes.OK)
 	create("kept", codes.OK)

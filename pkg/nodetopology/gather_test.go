@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 type fakeLabels struct {
@@ -26,20 +28,11 @@ func (f *fakeLabels) NodeLabels(ctx context.Context, nodeName string) (map[strin
 	return f.labels, f.err
 }
 
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestGatherEnvAndFiles(t *testing.T) {
 	dir := t.TempDir()
-	zone := writeFile(t, dir, "zone", "z1\n")
-	exact := writeFile(t, dir, "exact", strings.Repeat("a", MaxFileSize))
-	big := writeFile(t, dir, "big", strings.Repeat("a", MaxFileSize+1))
+	zone := testkit.WriteFile(t, filepath.Join(dir, "zone"), "z1\n", 0o644)
+	exact := testkit.WriteFile(t, filepath.Join(dir, "exact"), strings.Repeat("a", MaxFileSize), 0o644)
+	big := testkit.WriteFile(t, filepath.Join(dir, "big"), strings.Repeat("a", MaxFileSize+1), 0o644)
 	missing := filepath.Join(dir, "missing")
 	t.Setenv("NT_ZONE", "z1")
 	t.Setenv("NT_EMPTY", "")

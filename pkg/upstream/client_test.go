@@ -9,6 +9,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // capsServer advertises CREATE_DELETE_VOLUME and GET_VOLUME_STATS and
@@ -38,7 +40,7 @@ func (s capsServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitie
 func TestCapabilitiesCached(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
 	srv := capsServer{calls: make(chan string, 10)}
-	serveUpstream(t, sock, func(s *grpc.Server) {
+	testkit.ServeUnix(t, sock, func(s *grpc.Server) {
 		csi.RegisterControllerServer(s, srv)
 		csi.RegisterNodeServer(s, srv)
 	})
@@ -104,7 +106,7 @@ func (s *changingServer) set(caps ...csi.ControllerServiceCapability_RPC_Type) (
 func TestRefreshUpdatesCache(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
 	srv := &changingServer{caps: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}
-	serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
+	testkit.ServeUnix(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
 
 	c := leaseCSI(t, quietPool(t), "unix://"+sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

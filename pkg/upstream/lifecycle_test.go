@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -31,22 +31,6 @@ func leaseCSI(t *testing.T, p *Pool, endpoint string) *Client {
 	}
 	t.Cleanup(l.Release)
 	return l.Client()
-}
-
-// serveUpstream serves register's services on a unix socket at sock
-// until the test ends (or the returned server is stopped).
-func serveUpstream(t *testing.T, sock string, register func(*grpc.Server)) *grpc.Server {
-	t.Helper()
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	register(s)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(l) }()
-	t.Cleanup(func() { s.Stop(); <-done })
-	return s
 }
 
 // closedWithin reports whether c's channel shuts down (a built-in
@@ -127,7 +111,7 @@ func (s *blockingServer) CreateVolume(ctx context.Context, req *csi.CreateVolume
 func TestReleaseWaitsForCallsInFlight(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
 	srv := &blockingServer{started: make(chan struct{}, 1), release: make(chan struct{})}
-	serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
+	testkit.ServeUnix(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, srv) })
 
 	p := quietPool(t)
 	lease, err := p.CSI(context.Background(), "a", "unix://"+sock)
@@ -308,7 +292,7 @@ func TestCapabilitiesRediscoveredAfterReconnect(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "up.sock")
 	serve := func(snapshots bool) *grpc.Server {
 		_ = os.Remove(sock)
-		return serveUpstream(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, capsV{snapshots: snapshots}) })
+		return testkit.ServeUnix(t, sock, func(s *grpc.Server) { csi.RegisterControllerServer(s, capsV{snapshots: snapshots}) })
 	}
 	old := serve(false)
 	c := leaseCSI(t, quietPool(t), "unix://"+sock)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -115,12 +116,12 @@ func startIsoRig(t *testing.T) *isoRig {
 	log := slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	topo := accessible.Options{Prefix: prefix, Type: "cluster"}
 	r.pool = upstream.NewPool(log)
-	r.store = connection.NewStore(connection.Options{
-		Folder: r.connDir, CacheTimeout: time.Hour, Topology: topo, NodeID: "node-1",
-		DriverName: "org.example.isolation", Version: "test", Pool: r.pool, Log: log,
+	r.store = connection.NewStore(connection.Options{Folder: r.connDir, CacheTimeout: time.Hour, Topology: topo, Log: log})
+	registry := backend.New(backend.Options{
+		Catalogue: r.store, Pool: r.pool, NodeID: "node-1", DriverName: "org.example.isolation", Version: "test", Log: log,
 	})
 	d, err := pcsi.New(pcsi.Options{Name: "org.example.isolation", Version: "test", NodeID: "node-1",
-		Store: r.store, Topology: topo, Log: log})
+		Connections: registry, Topology: topo, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

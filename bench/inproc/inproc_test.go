@@ -24,6 +24,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/bench/rawproxy"
 	"github.com/democratic-csi/proxy-topology/bench/typedproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -91,8 +92,9 @@ func paths(b *testing.B) map[string]*grpc.ClientConn {
 	topo := accessible.Options{Prefix: prefix, Type: "zone"}
 	pool := upstream.NewPool(log)
 	b.Cleanup(pool.Close)
-	store := connection.NewStore(connection.Options{Folder: folder, CacheTimeout: time.Hour, Topology: topo, Pool: pool, Log: log})
-	d, err := pcsi.New(pcsi.Options{Name: "bench", Version: "1", NodeID: "n", Store: store, Topology: topo, Log: log})
+	store := connection.NewStore(connection.Options{Folder: folder, CacheTimeout: time.Hour, Topology: topo, Log: log})
+	registry := backend.New(backend.Options{Catalogue: store, Pool: pool, Log: log})
+	d, err := pcsi.New(pcsi.Options{Name: "bench", Version: "1", NodeID: "n", Connections: registry, Topology: topo, Log: log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
@@ -257,7 +258,7 @@ func checkConnection(path string, data []byte, ev *nodetopology.Evaluator, produ
 	}
 	if c.Driver == config.DriverCSI {
 		for _, ep := range []struct{ key, value string }{{"csi.endpoint", c.CSI.Endpoint}, {"csi.nodeEndpoint", c.CSI.NodeEndpoint}} {
-			if ep.value != "" && pcsi.SameSocket(ep.value, ownEndpoint) {
+			if ep.value != "" && backend.SameSocket(ep.value, ownEndpoint) {
 				r.errors = append(r.errors, fmt.Sprintf("%s %s is the proxy's own socket: the proxy refuses the connection (calls would loop back into it)", ep.key, ep.value))
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -23,7 +24,7 @@ import (
 
 // upstreamProbe is what check learns by asking the connections' upstreams
 // (SPEC §6): what proxy.capabilities would advertise, and which
-// connections route back to the proxy (the same pcsi.SelfGuard serve
+// connections route back to the proxy (the same backend.SelfGuard serve
 // uses). A built-in local-hostpath connection is asked through a
 // throwaway driver with the connection's settings on an empty temporary
 // base path, so check never touches the real one.
@@ -57,7 +58,7 @@ func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeo
 	defer pool.Close()
 	// The proxy's own marker, if it is serving on ownEndpoint: an
 	// upstream that routes back to it names it.
-	guard := pcsi.NewSelfGuardAs(ownInstance(pool, ownEndpoint, timeout), ownEndpoint)
+	guard := backend.NewSelfGuardAs(ownInstance(pool, ownEndpoint, timeout), ownEndpoint)
 	var ups []pcsi.UpstreamCaps
 	var unconfirmed []string
 	asked := 0
@@ -109,15 +110,15 @@ func ownInstance(pool *upstream.Pool, endpoint string, timeout time.Duration) st
 	if err != nil {
 		return ""
 	}
-	return resp.GetManifest()[pcsi.ManifestInstance]
+	return resp.GetManifest()[backend.ManifestInstance]
 }
 
 // askConnection asks one connection's upstream; why is set when it routes
 // back to the proxy.
-func askConnection(pool *upstream.Pool, guard *pcsi.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
+func askConnection(pool *upstream.Pool, guard *backend.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	conn := &connection.Connection{Name: name, File: path, Config: c}
+	conn := &backend.Conn{Connection: &connection.Connection{Name: name, File: path, Config: c}}
 	var leases []*upstream.Lease
 	defer func() {
 		for _, l := range leases {

@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/democratic-csi/proxy-topology/examples"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -323,16 +324,19 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		src = ss
 	}
 	so := x.storeOptions(connection.Options{
-		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo,
-		NodeID: o.NodeID, DriverName: name, Version: version, Pool: pool, Log: log,
+		Folder: cfg.Proxy.ConfigFolder, Source: src, CacheTimeout: timeout, Topology: topo, Log: log,
 	})
-	// A connection that routes back to this proxy is refused when it
-	// loads (pcsi.SelfGuard).
-	guard := pcsi.NewSelfGuard(o.Endpoint)
-	so.Check = guard.Check
 	so.OnLoad = onConnectionChange(so.OnLoad, kick)
 	store := connection.NewStore(so)
 	x.watchStore(store)
+	// The registry builds every connection's clients, and refuses a
+	// connection that routes back to this proxy when it does
+	// (backend.SelfGuard).
+	guard := backend.NewSelfGuard(o.Endpoint)
+	registry := backend.New(backend.Options{
+		Catalogue: store, Pool: pool, Guard: guard,
+		NodeID: o.NodeID, DriverName: name, Version: version, Log: log,
+	})
 	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
@@ -343,7 +347,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Accepted:    accepted,
 		MaxIDLength: cfg.Proxy.MaxIDLength,
 		OnLongID:    x.longID,
-		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Store: store,
+		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Connections: registry,
 		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,
 		// A central controller warns about node-local connections; its

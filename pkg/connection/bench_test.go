@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // benchStore is a store as serve builds it (folder source, the default
@@ -23,11 +21,9 @@ func benchStore(b *testing.B) *Store {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	pool := upstream.NewPool(log)
-	b.Cleanup(pool.Close)
 	reads := 0
 	s := NewStore(Options{
-		Folder: dir, CacheTimeout: time.Hour, Pool: pool, Log: log,
+		Folder: dir, CacheTimeout: time.Hour, Log: log,
 		Now:    func() time.Time { return time.Now().Add(racyWindow + time.Second) },
 		OnLoad: func(string, bool, error) { reads++ },
 	})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 var cacheModes = []struct {
@@ -72,9 +71,10 @@ func TestNoCacheRereads(t *testing.T) {
 	if n := e.loadCount(); n != 3 {
 		t.Errorf("%d loads for 3 Gets with cache 0: each read counts", n)
 	}
-	// a.sock's client went with the version that used it.
-	if got := e.pool.Targets(); len(got) != 1 || got[0] != "unix:///csi/b.sock" {
-		t.Errorf("pool holds %v, want only b.sock", got)
+	// a.sock's attachment (the registry's clients) went with the version
+	// that used it.
+	if !closed(first) || e.open.Load() != 1 {
+		t.Errorf("after the rewrite: first version's attachment closed %t, %d open; want closed, 1 open", closed(first), e.open.Load())
 	}
 }
 
@@ -253,12 +253,12 @@ func TestCacheTimeoutDropsUnused(t *testing.T) {
 		t.Error("b, used 5m ago, was dropped")
 	}
 
-	// A dropped connection loads again on its next use, on the same
-	// upstream client.
+	// A dropped connection let its attachment go, and loads again on its
+	// next use.
 	loads := e.loadCount()
 	got := e.get("a")
-	if got == a || got.Controller != a.Controller {
-		t.Error("dropped a: want a new *Connection on the same upstream client")
+	if got == a || !closed(a) || closed(got) {
+		t.Error("dropped a: want its attachment closed, and a new *Connection")
 	}
 	if e.loadCount() != loads+1 {
 		t.Error("dropped a was not read again")
@@ -366,7 +366,7 @@ func TestStoreTrustsSourceVersion(t *testing.T) {
 	src := &fakeSource{files: map[string]string{"nfs": connA}, version: map[string]string{"nfs": "1"}}
 	loads := 0
 	store := NewStore(Options{
-		Source: src, CacheTimeout: -1, Pool: upstream.NewPool(slog.New(slog.DiscardHandler)),
+		Source: src, CacheTimeout: -1,
 		Log:    slog.New(slog.DiscardHandler),
 		OnLoad: func(string, bool, error) { loads++ },
 	})
@@ -461,7 +461,10 @@ func TestConcurrentGet(t *testing.T) {
 								t.Errorf("Get(%s): %v", name, err)
 								return
 							}
-							if ep := c.Config.CSI.Endpoint; ep != "unix:///csi/a.sock" && ep != "unix:///csi/b.sock" {
+							e.attach(c)
+							ep := c.Config.CSI.Endpoint
+							c.Release()
+							if ep != "unix:///csi/a.sock" && ep != "unix:///csi/b.sock" {
 								t.Errorf("Get(%s): endpoint %q", name, ep)
 								return
 							}
@@ -478,8 +481,10 @@ func TestConcurrentGet(t *testing.T) {
 			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
 				t.Errorf("after the writes: endpoint %q, want b.sock", got)
 			}
-			if n := e.pool.Len(); n != 2 {
-				t.Errorf("Pool.Len() = %d, want 2", n)
+			// Every version let go closed its attachment: nfs's and
+			// other's remain (with cache 0, those of the last bytes read).
+			if n := e.open.Load(); n != 2 {
+				t.Errorf("%d attachments open, want 2", n)
 			}
 		})
 	}
@@ -503,5 +508,36 @@ func TestFolderSourcePath(t *testing.T) {
 				t.Errorf("NewFolderSource(%q).Describe(%q) = %q, want %q", dir, name, got, want)
 			}
 		}
+	}
+}
+
+// TestEditHandsOverAttachment: a new version of a file keeps the version
+// it replaced until it has an attachment of its own, so the registry's
+// clients of an edit that names the same upstream are handed over rather
+// than closed and made again; a version that does not load lets the
+// previous one go at once.
+func TestEditHandsOverAttachment(t *testing.T) {
+	e := newEnv(t, -1)
+	e.write("nfs", connA)
+	first := e.get("nfs")
+	e.replace("nfs", connB)
+	c, err := e.store.Get(context.Background(), "nfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if closed(first) {
+		t.Error("the first version's attachment closed before the new version had one")
+	}
+	e.attach(c)
+	if !closed(first) {
+		t.Error("the first version's attachment is still open after the new version got one")
+	}
+	c.Release()
+	e.replace("nfs", "driver: nope\n")
+	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Get of a broken edit: %v, want ErrBroken", err)
+	}
+	if !closed(c) || e.open.Load() != 0 {
+		t.Errorf("after a broken edit: second version's attachment closed %t, %d open; want closed, none open", closed(c), e.open.Load())
 	}
 }

@@ -1,14 +1,13 @@
 package connection
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 )
 
 // IsGroup reports a connection of driver: group (SPEC §11): it has no
-// upstream of its own (Controller and Node are nil), only Members.
+// upstream of its own, only Members.
 func (c *Connection) IsGroup() bool { return c.Group != nil }
 
 // Members returns a group's member names in order; nil for an ordinary
@@ -26,7 +25,7 @@ func (c *Connection) Members() []string {
 // whether each one exists and is an ordinary connection is checked on
 // every call (Member), and a group is never cached as broken because a
 // member was.
-// quiet logs nothing (a Survey's look).
+// quiet logs nothing (a Look).
 func (s *Store) loadGroup(name, file string, g *config.Group, quiet bool) (*Connection, error) {
 	c, err := newGroup(name, file, g)
 	if quiet {
@@ -45,33 +44,33 @@ func (s *Store) loadGroup(name, file string, g *config.Group, quiet bool) (*Conn
 // connection.
 func newGroup(name, file string, g *config.Group) (*Connection, error) {
 	if i := g.SelfMember(name); i >= 0 {
-		return nil, broken(name, fmt.Errorf("file %s: group.members[%d]: the group %q lists itself; members must be ordinary connections", file, i, name))
+		return nil, Broken(name, fmt.Errorf("file %s: group.members[%d]: the group %q lists itself; members must be ordinary connections", file, i, name))
 	}
 	c := &Connection{Name: name, File: file, Config: &config.Connection{Driver: config.DriverGroup}, Group: g}
 	c.refs.Store(1) // the caller's
 	return c, nil
 }
 
-// Member returns member i of group g, with a reference the caller must
-// Release. A member that has no file, does not load, or is itself a group
-// is an error of the group naming the member; it wraps the store's
-// sentinel (ErrNotFound, ErrBroken, ErrUnavailable), so callers map it as
-// they map Get's errors.
-func (s *Store) Member(ctx context.Context, g *Connection, i int) (*Connection, error) {
-	return member(g, i, func(name string) (*Connection, error) { return s.Get(ctx, name) })
-}
-
-// member is Member with get to find a connection by name (Store.Get for
-// the server, Inspect for the dry run), so both say the same.
-func member(g *Connection, i int, get func(name string) (*Connection, error)) (*Connection, error) {
+// Member finds member i of group g with get (the registry's Get for the
+// server, Inspect for the dry run), so both say the same: a member that
+// has no file, does not load, or is itself a group is an error of the
+// group naming the member. The error wraps get's sentinel (ErrNotFound,
+// ErrBroken, ErrUnavailable), so callers map it as they map Get's; the
+// member comes with the reference get gave.
+func Member[C interface {
+	IsGroup() bool
+	Members() []string
+	Release()
+}](g *Connection, i int, get func(name string) (C, error)) (C, error) {
+	var none C
 	name := g.Members()[i]
 	m, err := get(name)
 	if err != nil {
-		return nil, fmt.Errorf("group %q: member %q (group.members[%d]): %w", g.Name, name, i, err)
+		return none, fmt.Errorf("group %q: member %q (group.members[%d]): %w", g.Name, name, i, err)
 	}
 	if m.IsGroup() {
 		m.Release()
-		return nil, fmt.Errorf("%w: group %q: member %q (group.members[%d]) is itself a group (members %v); a group's members must be ordinary connections",
+		return none, fmt.Errorf("%w: group %q: member %q (group.members[%d]) is itself a group (members %v); a group's members must be ordinary connections",
 			ErrBroken, g.Name, name, i, m.Members())
 	}
 	return m, nil

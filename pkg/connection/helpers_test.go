@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // Two connection files of the same size that differ only in the endpoint,
@@ -34,16 +34,50 @@ func init() {
 // syncBuffer is a log sink safe for concurrent Get calls.
 type syncBuffer = syncbuf.Buffer
 
-// env is one store over a private folder with its own pool and clock.
+// env is one store over a private folder with its own clock. Every
+// connection its get returns carries a probe attachment, standing for the
+// registry's clients, so a test sees when a version is let go.
 type env struct {
 	t     *testing.T
 	dir   string
 	store *Store
-	pool  *upstream.Pool
 	clock *testingclock.FakeClock // Options.Now under the test's control
 	log   *syncBuffer
 	loads []loadEvent // OnLoad calls, in order
 	mu    sync.Mutex
+	// open counts probes attached and not yet closed.
+	open atomic.Int64
+}
+
+// probe is an Attachment that counts itself open until closed.
+type probe struct {
+	e      *env
+	closed atomic.Bool
+}
+
+func (p *probe) Close() {
+	if !p.closed.CompareAndSwap(false, true) {
+		panic("attachment closed twice")
+	}
+	p.e.open.Add(-1)
+}
+
+// attach gives c a probe unless it has an attachment already.
+func (e *env) attach(c *Connection) {
+	if c.Attachment() != nil {
+		return
+	}
+	p := &probe{e: e}
+	e.open.Add(1)
+	if c.Attach(p) != Attachment(p) {
+		e.open.Add(-1) // another caller attached first
+	}
+}
+
+// closed reports whether c's attachment was closed.
+func closed(c *Connection) bool {
+	p, ok := c.Attachment().(*probe)
+	return ok && p.closed.Load()
 }
 
 type loadEvent struct {
@@ -61,16 +95,10 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 		log:   &syncBuffer{},
 	}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.pool = upstream.NewPool(log)
-	t.Cleanup(e.pool.Close)
 	e.store = NewStore(Options{
 		Folder:       e.dir,
 		CacheTimeout: cacheTimeout,
 		Topology:     accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster},
-		NodeID:       "node-1",
-		DriverName:   "proxy.example.com",
-		Version:      "v-test",
-		Pool:         e.pool,
 		Log:          log,
 		Now:          e.clock.Now,
 		OnLoad: func(name string, reload bool, err error) {
@@ -105,9 +133,9 @@ func (e *env) replace(name, content string) {
 	}
 }
 
-// get returns a connection that must load, as a call that has ended: its
-// reference is given back, so only the store keeps it (and its clients).
-// Its Config stays readable.
+// get returns a connection that must load, with a probe attached, as a
+// call that has ended: its reference is given back, so only the store
+// keeps it (and its attachment). Its Config stays readable.
 func (e *env) get(name string) *Connection {
 	e.t.Helper()
 	c, err := e.store.Get(context.Background(), name)
@@ -117,6 +145,7 @@ func (e *env) get(name string) *Connection {
 	if c == nil {
 		e.t.Fatalf("Get(%q) returned nil and no error", name)
 	}
+	e.attach(c)
 	c.Release()
 	return c
 }
@@ -164,4 +193,9 @@ func (e *env) secret(generation int, files map[string]string) {
 			e.t.Fatal(err)
 		}
 	}
+}
+
+// member is Member with the store's Get, as the registry finds members.
+func (e *env) member(g *Connection, i int) (*Connection, error) {
+	return Member(g, i, func(name string) (*Connection, error) { return e.store.Get(context.Background(), name) })
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // Inspect reads connection name from src and validates it as Get does,
-// but makes no upstream client: the Connection has Name, File and Config
-// (and Group for a group file), Controller and Node are nil. Its errors
+// without caching it: the Connection has Name, File and Config (and Group
+// for a group file), and no attachment. Its errors
 // wrap Get's sentinels (ErrInvalidName, ErrNotFound, ErrBroken), so a
 // caller maps them as it maps Get's. The topology dry run predicts a
 // CreateVolume with it, touching neither an upstream's socket nor a
@@ -27,12 +27,12 @@ func Inspect(src Source, name string, opts accessible.Options) (*Connection, err
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, noFile(name, file)
 	case err != nil:
-		return nil, broken(name, err)
+		return nil, Broken(name, err)
 	}
 	f, err := config.ParseFile(file, data, opts)
 	switch {
 	case err != nil:
-		return nil, broken(name, err)
+		return nil, Broken(name, err)
 	case f.Group != nil:
 		return newGroup(name, file, f.Group)
 	}
@@ -44,5 +44,5 @@ func Inspect(src Source, name string, opts accessible.Options) (*Connection, err
 // InspectMember is Member for Inspect: member i of group g, read from src
 // without an upstream client, or the error Member would return.
 func InspectMember(src Source, g *Connection, i int, opts accessible.Options) (*Connection, error) {
-	return member(g, i, func(name string) (*Connection, error) { return Inspect(src, name, opts) })
+	return Member(g, i, func(name string) (*Connection, error) { return Inspect(src, name, opts) })
 }

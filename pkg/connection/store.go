@@ -14,9 +14,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
-	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // Sentinel errors; the CSI layer maps them to status codes.
@@ -29,54 +27,83 @@ var (
 	// ErrBroken: the file exists but does not load or validate.
 	ErrBroken = errors.New("connection file is invalid")
 	// ErrUnavailable: the file is valid but its upstream client could not
-	// be made in time (a built-in driver whose base path hangs). It is
-	// never cached: the next call tries again. It also wraps the context
-	// error that ended the wait.
+	// be made in time (a built-in driver whose base path hangs); the
+	// registry (pkg/backend) returns it. It is never cached: the next call
+	// tries again. It also wraps the context error that ended the wait.
 	ErrUnavailable = errors.New("connection's upstream is not ready")
-	// ErrRefused: the file loads, but Options.Check refused it (a
-	// connection that routes back to this proxy). Such an error is an
-	// ErrBroken too, with the same message.
+	// ErrRefused: the file loads, but the loop guard (pkg/backend) refused
+	// it: a connection that routes back to this proxy. Such an error is an
+	// ErrBroken too.
 	ErrRefused = errors.New("connection refused by its check")
 )
 
-// refusedError is a load that Options.Check refused: it reads as the
-// ErrBroken it wraps, and errors.Is also finds ErrRefused in it.
-type refusedError struct{ err error }
-
-func (e refusedError) Error() string        { return e.err.Error() }
-func (e refusedError) Unwrap() error        { return e.err }
-func (e refusedError) Is(target error) bool { return target == ErrRefused }
-
-// Connection is a loaded connection with its upstream clients.
+// Connection is one loaded, validated version of a connection file.
 type Connection struct {
 	Name   string
 	File   string
 	Config *config.Connection
-	// Controller serves controller calls, Node serves node calls; they are
-	// the same client unless csi.nodeEndpoint differs from csi.endpoint.
-	Controller *upstream.Client
-	Node       *upstream.Client
-	// Group is set for a file of driver: group, which has no upstream:
-	// Controller and Node are nil and Config is only its driver (group.go).
+	// Group is set for a file of driver: group, which has no upstream;
+	// Config is then only its driver (group.go).
 	Group *config.Group
 
 	// topology is Config.Proxy.PerDriver.Topology compiled (Topology).
 	topology atomic.Pointer[accessible.Compiled]
 
-	// refs counts the store's reference and every caller's; the leases
-	// are released when it reaches zero.
-	refs   atomic.Int64
-	leases []*upstream.Lease
+	// refs counts the store's reference and every caller's; the
+	// attachment is closed when it reaches zero.
+	refs     atomic.Int64
+	attached atomic.Pointer[attached]
+	// prev is the version this one replaced, kept (with the reference
+	// its cache entry held) until this one has an attachment of its own:
+	// the registry's clients of an edited file that names the same
+	// upstream are then handed over, not closed and made again.
+	prev atomic.Pointer[Connection]
+}
+
+// Attachment is what a user of the store keeps with one version of a
+// connection for as long as it lives: the registry's upstream clients
+// (pkg/backend). It is closed once the store and every caller have
+// released the connection, so calls in flight finish on it.
+type Attachment interface{ Close() }
+
+type attached struct{ a Attachment }
+
+// Attachment returns what was attached to c, or nil.
+func (c *Connection) Attachment() Attachment {
+	if p := c.attached.Load(); p != nil {
+		return p.a
+	}
+	return nil
+}
+
+// Attach attaches a to c unless something is attached already; it returns
+// what is attached after the call (a, or what another caller attached
+// first, which the caller then uses instead of a). The caller must hold a
+// reference to c.
+func (c *Connection) Attach(a Attachment) Attachment {
+	if c.attached.CompareAndSwap(nil, &attached{a}) {
+		c.releasePrev()
+		return a
+	}
+	return c.attached.Load().a
+}
+
+// releasePrev lets the version c replaced go.
+func (c *Connection) releasePrev() {
+	if p := c.prev.Swap(nil); p != nil {
+		p.Release()
+	}
 }
 
 // Release gives back the reference Get handed out. Once the store and
-// every caller have released a Connection, its upstream clients are
-// released too; it must not be used after that.
+// every caller have released a Connection, its attachment is closed; it
+// must not be used after that.
 func (c *Connection) Release() {
 	if c.refs.Add(-1) == 0 {
-		for _, l := range c.leases {
-			l.Release()
+		if a := c.Attachment(); a != nil {
+			a.Close()
 		}
+		c.releasePrev()
 	}
 }
 
@@ -113,23 +140,13 @@ type Options struct {
 	Source Source
 	// CacheTimeout: 0 re-reads on every call, negative caches forever,
 	// positive drops a connection unused for that long. Whatever it is, a
-	// connection keeps its upstream clients while its file is unchanged
-	// (with 0, while the bytes read are the same), and releases them when
-	// the file changes, goes away or the connection expires.
+	// connection (and its attachment) is kept while its file is unchanged
+	// (with 0, while the bytes read are the same), and released when the
+	// file changes, goes away or the connection expires.
 	CacheTimeout time.Duration
-	// BuildTimeout bounds the wait for a connection's upstream client to
-	// be made (a built-in driver touches its base path, which may hang);
-	// 0 means 10s. The connection's csi.timeout, when shorter, and the
-	// caller's deadline bound it too.
-	BuildTimeout time.Duration
 	// Topology is used to validate the connections' topology entries.
 	Topology accessible.Options
-	// NodeID is given to built-in local-hostpath drivers.
-	NodeID string
-	// DriverName and Version are given to built-in drivers.
-	DriverName, Version string
-	Pool                *upstream.Pool
-	Log                 *slog.Logger
+	Log      *slog.Logger
 	// Now is the clock; nil means time.Now (tests replace it). It is read
 	// once per Get and also given to Source.Stat, which compares it with
 	// file times.
@@ -139,12 +156,6 @@ type Options struct {
 	// err is the load error. Metrics count loads with it; nil means no
 	// one is told.
 	OnLoad func(name string, reload bool, err error)
-	// Check, if set, vets a loaded driver: csi connection once its
-	// clients exist; an error refuses the connection (ErrBroken, not
-	// cached past the file's version) and is its load error. The proxy
-	// refuses connections that route back to itself with it
-	// (csi.SelfGuard); nil checks nothing.
-	Check func(ctx context.Context, c *Connection) error
 }
 
 // Store loads connections on first use and keeps them fresh.
@@ -198,9 +209,6 @@ func NewStore(opts Options) *Store {
 	if opts.Source == nil {
 		opts.Source = NewFolderSource(opts.Folder)
 	}
-	if opts.BuildTimeout == 0 {
-		opts.BuildTimeout = 10 * time.Second
-	}
 	s := &Store{opts: opts, src: opts.Source, epoch: opts.Now(), entries: map[string]*entry{}}
 	s.lastSweep.Store(neverSwept)
 	return s
@@ -217,8 +225,8 @@ func (s *Store) Location() string {
 // Get returns the connection called name, with a reference the caller
 // must give back with Release when its call is done. On a cache hit it
 // costs one Source.Stat (for a folder, one stat(2)); a new version is read
-// again, and keeps its *Connection if the content is the same. ctx bounds
-// the wait for a new upstream client (see Options.BuildTimeout).
+// again, and keeps its *Connection if the content is the same. A load only
+// parses and validates: ctx is for sources that may block.
 func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 	if err := ids.ValidateConnectionName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
@@ -230,7 +238,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, noFile(name, s.src.Describe(name))
 		}
-		err = broken(name, err)
+		err = Broken(name, err)
 		s.loaded(name, false, err)
 		return nil, err
 	}
@@ -255,6 +263,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 
 	data, err := s.src.Read(name)
 	var conn *Connection
+	fresh := false // conn was made by this Get
 	// With cacheTimeout 0 every read counts as a load for OnLoad, as if
 	// nothing were kept, and none as a reload.
 	reload := cached && s.opts.CacheTimeout != 0
@@ -264,7 +273,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 		return nil, noFile(name, s.src.Describe(name))
 	case err != nil:
 		data = nil
-		err = broken(name, err)
+		err = Broken(name, err)
 		s.loaded(name, reload, err)
 	case cached && prev.read && s.sameContent(prev, ver, data) && (prev.conn == nil || prev.conn.tryAcquire()):
 		// Same content: keep the connection, or the error of this very
@@ -276,13 +285,9 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 			s.loaded(name, false, err)
 		}
 	default:
-		conn, err = s.load(ctx, name, s.src.Describe(name), data, nil)
+		conn, err = s.load(name, s.src.Describe(name), data, false)
+		fresh = conn != nil
 		s.loaded(name, reload, err)
-		if errors.Is(err, ErrUnavailable) {
-			// Not the file's fault, and not cached: the next call tries
-			// again, and the previous version (if any) stays.
-			return nil, err
-		}
 	}
 	e := &entry{version: ver, read: data != nil, conn: conn, err: err}
 	if e.read {
@@ -294,6 +299,13 @@ func (s *Store) Get(ctx context.Context, name string) (*Connection, error) {
 	}
 	s.mu.Lock()
 	old := s.entries[name]
+	if fresh && old != nil && old.conn != nil && old.conn.Attachment() != nil {
+		// conn takes over the entry's reference to the version it
+		// replaces, until conn has an attachment (Attach); no one sees
+		// conn before the lock is released.
+		conn.prev.Store(old.conn)
+		old = nil
+	}
 	s.entries[name] = e
 	s.mu.Unlock()
 	old.release()
@@ -426,12 +438,10 @@ func (s *Store) Close() {
 	}
 }
 
-// load makes the Connection of a file's content. With a Survey (v) it is
-// made for that look alone (survey.go): its clients are held by v, not by
-// the Connection, Options.Check is not run, and nothing is logged, since
-// the survey's user reports what it finds, every round.
-func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Survey) (*Connection, error) {
-	quiet := v != nil
+// load makes the Connection of a file's content, with the caller's
+// reference. quiet logs nothing: a Look's user reports what it finds,
+// every round.
+func (s *Store) load(name, file string, data []byte, quiet bool) (*Connection, error) {
 	f, err := config.ParseFile(file, data, s.opts.Topology)
 	if f.Group != nil {
 		return s.loadGroup(name, file, f.Group, quiet)
@@ -446,88 +456,14 @@ func (s *Store) load(ctx context.Context, name, file string, data []byte, v *Sur
 		if !quiet {
 			s.opts.Log.Error("connection file is invalid", "connection", name, "error", err)
 		}
-		return nil, broken(name, err)
+		return nil, Broken(name, err)
 	}
 	c := &Connection{Name: name, File: file, Config: cfg}
 	c.refs.Store(1) // the caller's
-	bound := s.opts.BuildTimeout
-	if t := cfg.CSI.Timeout; t > 0 && t < bound {
-		bound = t
-	}
-	bctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	lease := func(l *upstream.Lease, err error) (*upstream.Client, error) {
-		if err != nil {
-			return nil, err
-		}
-		if v != nil {
-			return v.hold(l), nil
-		}
-		c.leases = append(c.leases, l)
-		return l.Client(), nil
-	}
-	var target string
-	switch cfg.Driver {
-	case config.DriverCSI:
-		target = cfg.CSI.Endpoint
-		c.Controller, err = lease(s.opts.Pool.CSI(bctx, name, cfg.CSI.Endpoint))
-		if node := cfg.CSI.NodeSideEndpoint(); err == nil && node != cfg.CSI.Endpoint {
-			target = node
-			c.Node, err = lease(s.opts.Pool.CSI(bctx, name, node))
-		} else {
-			c.Node = c.Controller
-		}
-	case config.DriverLocalHostpath:
-		target = "local-hostpath:" + cfg.LocalHostpath.ShareBasePath
-		c.Controller, err = lease(s.opts.Pool.Local(bctx, name, s.localOptions(cfg)))
-		c.Node = c.Controller
-	}
-	if err != nil {
-		c.Release()
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			why := "the call ended first"
-			if ctx.Err() == nil {
-				why = fmt.Sprintf("not ready within %s", bound)
-				if cfg.Driver == config.DriverLocalHostpath {
-					why += "; is the base path on a hung mount?"
-				}
-			}
-			if !quiet {
-				s.opts.Log.Warn("connection's upstream is not ready", "connection", name, "upstream", target, "error", err)
-			}
-			return nil, fmt.Errorf("%w: connection %q (endpoint %s): %s: %w", ErrUnavailable, name, target, why, err)
-		}
-		return nil, broken(name, err)
-	}
-	if s.opts.Check != nil && cfg.Driver == config.DriverCSI && !quiet {
-		if err := s.opts.Check(bctx, c); err != nil {
-			c.Release()
-			s.opts.Log.Error("connection refused", "connection", name, "error", err)
-			return nil, refusedError{broken(name, err)}
-		}
-	}
 	if !quiet {
 		s.opts.Log.Debug("connection loaded", "connection", name, "driver", cfg.Driver)
 	}
 	return c, nil
-}
-
-// localOptions are the built-in driver's settings for a local-hostpath
-// connection.
-func (s *Store) localOptions(cfg *config.Connection) hostpath.Options {
-	return hostpath.Options{
-		DriverName: s.opts.DriverName,
-		Version:    s.opts.Version,
-		// The id the proxy sends the driver in ControllerPublish is the
-		// connection's translation of the node name, so the driver must
-		// know its own node by that id.
-		NodeID:            cfg.Proxy.PerDriver.NodeID.Render(s.opts.NodeID),
-		Shared:            len(cfg.Proxy.PerDriver.Topology) > 0,
-		BasePath:          cfg.LocalHostpath.ShareBasePath,
-		Stage:             cfg.LocalHostpath.Stage,
-		ControllerPublish: cfg.LocalHostpath.ControllerPublish,
-		Logger:            s.opts.Log,
-	}
 }
 
 // List returns the names of all connections in the source, sorted.
@@ -539,8 +475,8 @@ func noFile(name, file string) error {
 	return fmt.Errorf("%w: connection %q has no file %s", ErrNotFound, name, file)
 }
 
-// broken is the error of a connection whose file cannot be read or does
-// not load, naming it.
-func broken(name string, err error) error {
+// Broken is the error of a connection whose file cannot be read or does
+// not load, or that cannot be used as it is, naming it.
+func Broken(name string, err error) error {
 	return fmt.Errorf("%w: connection %q: %v", ErrBroken, name, err)
 }

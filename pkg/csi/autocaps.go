@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
@@ -219,7 +220,7 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 // Without a Policy, or with nothing auto, it asks for no capability.
 //
 // A refresh is not a use: it looks at the connections through a
-// connection.Survey, so it caches none, keeps none from expiring, and asks
+// backend.Survey, so it caches none, keeps none from expiring, and asks
 // each distinct upstream client once.
 func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Unconfirmed) {
 	d.refreshMu.Lock()
@@ -275,9 +276,9 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 // and, in name order, the node-local connections it saw (the one read of
 // every file serves both).
 func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, []Unconfirmed, []string) {
-	names, err := d.opts.Store.List()
+	names, err := d.opts.Connections.List()
 	if err != nil {
-		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Store.Location(), err), Retry: true}}, nil
+		return nil, []Unconfirmed{{Connection: "(all)", Err: fmt.Errorf("cannot list connections in %s: %w", d.opts.Connections.Location(), err), Retry: true}}, nil
 	}
 	var (
 		mu        sync.Mutex
@@ -293,13 +294,13 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 		bad = append(bad, Unconfirmed{Connection: name, Err: err, Retry: retry})
 		mu.Unlock()
 	}
-	var round *Round
+	var round *backend.Round
 	if d.opts.SelfGuard != nil {
 		round = d.opts.SelfGuard.NewRound()
 	}
 	// The survey holds the clients of connections the cache does not,
 	// until every look is done.
-	survey := d.opts.Store.Survey()
+	survey := d.opts.Connections.Survey()
 	defer survey.Close()
 	for _, name := range names {
 		wg.Add(1)

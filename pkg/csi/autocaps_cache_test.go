@@ -10,7 +10,6 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
-	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 // TestRefreshCachesNoConnection (issue 15, proxy.capabilities: auto over
@@ -25,9 +24,9 @@ func TestRefreshCachesNoConnection(t *testing.T) {
 	b := newFakeUpstream(t, withControllerCaps(csi.ControllerServiceCapability_RPC_LIST_VOLUMES), withNodeCaps())
 	clock := testingclock.NewFakeClock(time.Now()) // the store's clock under the test's control
 	const ttl = 10 * time.Minute
-	var store *connection.Store
 	p := startProxyStore(t, func(o *connection.Options) { o.CacheTimeout = ttl; o.Now = clock.Now },
-		withPolicy(t, config.Capabilities{}, false), func(o *pcsi.Options) { store = o.Store })
+		withPolicy(t, config.Capabilities{}, false))
+	store := p.Store
 	const n = 200
 	for i := range n {
 		up := a
@@ -37,7 +36,7 @@ func TestRefreshCachesNoConnection(t *testing.T) {
 		p.add(t, fmt.Sprintf("c%03d", i), conn{Endpoint: up.Endpoint})
 	}
 	// One connection is used by a call: it alone is cached.
-	used, err := store.Get(callCtx(t), "c000")
+	used, err := p.Registry.Get(callCtx(t), "c000")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -35,14 +36,15 @@ func startTrackedProxy(t *testing.T) *trackedProxy {
 	folder := t.TempDir()
 	pool := upstream.NewPool(log)
 	t.Cleanup(pool.Close)
-	store := connection.NewStore(connection.Options{Folder: folder, Topology: testTopology, Pool: pool, Log: log})
+	store := connection.NewStore(connection.Options{Folder: folder, Topology: testTopology, Log: log})
+	registry := backend.New(backend.Options{Catalogue: store, Pool: pool, Log: log})
 	policy, err := pcsi.NewPolicy(config.Capabilities{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	accepted := &pcsi.ConnTracker{}
 	d, err := pcsi.New(pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store, Topology: testTopology, Log: log,
+		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Connections: registry, Topology: testTopology, Log: log,
 		Policy: &policy, CapabilityTimeout: 2 * time.Second, Accepted: accepted,
 	})
 	if err != nil {

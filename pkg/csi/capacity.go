@@ -6,7 +6,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 )
 
 // GetCapacity answers 0 for a topology the connection cannot serve, the
@@ -24,8 +24,8 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 }
 
 // connectionCapacity is GetCapacity for one ordinary connection.
-func (d *Driver) connectionCapacity(ctx context.Context, c *connection.Connection, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if !d.admits(c, req.GetAccessibleTopology()) {
+func (d *Driver) connectionCapacity(ctx context.Context, c *backend.Conn, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if !d.admits(c.Connection, req.GetAccessibleTopology()) {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
 	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_GET_CAPACITY)

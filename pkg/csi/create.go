@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -40,7 +40,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 // upstream call, is small (see interceptors).
 //
 //go:noinline
-func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest) (*connection.Connection, accessible.Decision, *csi.CreateVolumeRequest, error) {
+func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest) (*backend.Conn, accessible.Decision, *csi.CreateVolumeRequest, error) {
 	c, err := d.connectionFromParameters(ctx, req.GetParameters())
 	if err != nil {
 		return nil, accessible.Decision{}, nil, err
@@ -50,7 +50,7 @@ func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest
 			return nil, accessible.Decision{}, nil, err
 		}
 	}
-	decision, err := d.decide(c, req.GetAccessibilityRequirements())
+	decision, err := d.decide(c.Connection, req.GetAccessibilityRequirements())
 	if err != nil {
 		return nil, accessible.Decision{}, nil, err
 	}
@@ -74,12 +74,12 @@ func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest
 // deleted upstream.
 //
 //go:noinline
-func (d *Driver) finishCreate(ctx context.Context, c *connection.Connection, req *csi.CreateVolumeRequest, decision accessible.Decision, out *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) (*csi.CreateVolumeResponse, error) {
+func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.CreateVolumeRequest, decision accessible.Decision, out *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) (*csi.CreateVolumeResponse, error) {
 	vol := resp.GetVolume()
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	if err := d.checkNotWidened(c, decision, vol.GetAccessibleTopology()); err != nil {
+	if err := d.checkNotWidened(c.Connection, decision, vol.GetAccessibleTopology()); err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, widenCode, err)
 	}
 	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())
@@ -96,7 +96,7 @@ func (d *Driver) finishCreate(ctx context.Context, c *connection.Connection, req
 
 // deleteCreated rolls back an upstream volume the proxy cannot hand back;
 // code is the status when the clean-up worked.
-func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, volumeID string, secrets map[string]string, code codes.Code, cause error) error {
+func (d *Driver) deleteCreated(ctx context.Context, c *backend.Conn, volumeID string, secrets map[string]string, code codes.Code, cause error) error {
 	return d.rollback(ctx, c, code, cause, func(ctx context.Context) error {
 		_, err := forward(ctx, c, c.Controller, "DeleteVolume",
 			&csi.DeleteVolumeRequest{VolumeId: volumeID, Secrets: secrets}, c.Controller.Controller.DeleteVolume)
@@ -107,7 +107,7 @@ func (d *Driver) deleteCreated(ctx context.Context, c *connection.Connection, vo
 // rollback deletes an object the proxy created but cannot return, and says
 // in the error whether that clean-up worked: code (the reason the object
 // was refused) when it did, INTERNAL when it did not.
-func (d *Driver) rollback(ctx context.Context, c *connection.Connection, code codes.Code, cause error, undo func(context.Context) error) error {
+func (d *Driver) rollback(ctx context.Context, c *backend.Conn, code codes.Code, cause error, undo func(context.Context) error) error {
 	// The caller's deadline may be what made us give up; the clean-up gets
 	// its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.RollbackTimeout)
@@ -122,7 +122,7 @@ func (d *Driver) rollback(ctx context.Context, c *connection.Connection, code co
 
 // unwrapSource turns a clone/restore source's proxy ID into the upstream's,
 // refusing sources from another connection.
-func unwrapSource(c *connection.Connection, src *csi.VolumeContentSource) (*csi.VolumeContentSource, error) {
+func unwrapSource(c *backend.Conn, src *csi.VolumeContentSource) (*csi.VolumeContentSource, error) {
 	switch {
 	case src.GetSnapshot() != nil:
 		id, err := parseID(ids.Snapshot, "volume_content_source.snapshot.snapshot_id", src.GetSnapshot().GetSnapshotId())
@@ -147,7 +147,7 @@ func unwrapSource(c *connection.Connection, src *csi.VolumeContentSource) (*csi.
 }
 
 // wrapSource turns an upstream content source back into proxy IDs.
-func wrapSource(c *connection.Connection, src *csi.VolumeContentSource) *csi.VolumeContentSource {
+func wrapSource(c *backend.Conn, src *csi.VolumeContentSource) *csi.VolumeContentSource {
 	switch {
 	case src.GetSnapshot() != nil:
 		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{

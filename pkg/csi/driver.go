@@ -13,7 +13,8 @@
 //   - server.go: NewServer; listen.go: the socket (Listen);
 //     interceptors.go: request id, logging, observers, panic recovery.
 //   - driver.go: Options and the Driver, Register (the services of a mode).
-//   - routing.go: from a request to its connection. routeVolume and
+//   - routing.go: from a request to its connection, asked of the
+//     Connections interface (pkg/backend's Registry). routeVolume and
 //     routeSnapshot resolve an ID, NOT_FOUND if the proxy never made it;
 //     routeRemoval is for idempotent clean-up, where such an ID names
 //     nothing and there is nothing to do; connectionFromParameters reads
@@ -43,15 +44,17 @@
 //     capswatch.go (when: retries, readiness, growth) and conntrack.go
 //     (the socket's accepted connections, closed when the set grows),
 //     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an
-//     upstream's own accessible_topology is never widened), selfroute.go
-//     (connections that route back to this proxy are refused).
+//     upstream's own accessible_topology is never widened); the loop
+//     guard's re-check runs in the capability refresh (autocaps.go).
 //
 // The proxy keeps no state of its own: IDs carry their connection
-// (pkg/ids), connections come from pkg/connection, topology decisions from
-// pkg/accessible, upstream clients from pkg/upstream.
+// (pkg/ids), connections and their clients come from pkg/backend (over
+// pkg/connection's catalogue and pkg/upstream's clients), topology
+// decisions from pkg/accessible.
 package csi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,7 +66,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 )
 
 // Modes select which services a process serves.
@@ -84,8 +87,8 @@ type Options struct {
 	NodeID string
 	// Mode is all, controller or node; empty means all.
 	Mode string
-	// Store resolves connections. Required.
-	Store *connection.Store
+	// Connections resolves connections and their clients. Required.
+	Connections Connections
 	// DefaultConnection serves requests without a connection parameter;
 	// empty refuses them.
 	DefaultConnection string
@@ -117,9 +120,11 @@ type Options struct {
 	// parts are advertised as given.
 	Policy *Policy
 	// SelfGuard, if set, publishes this proxy's loop markers in
-	// GetPluginInfo; the same guard's Check must be the store's
-	// connection.Options.Check. nil publishes none.
-	SelfGuard *SelfGuard
+	// GetPluginInfo and re-checks the connections on every capability
+	// refresh; it must be the guard of the registry behind Connections,
+	// which checks connections when it builds their clients. nil publishes
+	// and re-checks nothing.
+	SelfGuard *backend.SelfGuard
 	// Accepted, if set, tracks the CSI socket's client connections: when
 	// auto capabilities grow after Probe reported ready they are closed,
 	// so that the sidecars restart and read the new set (capswatch.go).
@@ -142,6 +147,25 @@ type Options struct {
 	WarnCentralNodeLocal bool
 	// Log receives driver messages; nil means slog.Default().
 	Log *slog.Logger
+}
+
+// Connections is what the CSI layer asks for connections: the connection
+// a call routes to with its upstream clients, and the names that exist.
+// pkg/backend's Registry implements it. Every *backend.Conn returned comes
+// with a reference the caller gives back with Release.
+type Connections interface {
+	// Get returns the connection called name; its errors wrap
+	// pkg/connection's sentinels (storeError maps them).
+	Get(ctx context.Context, name string) (*backend.Conn, error)
+	// Member returns member i of group g, as Get does.
+	Member(ctx context.Context, g *backend.Conn, i int) (*backend.Conn, error)
+	// List names the connections that exist, sorted; Location names
+	// where they come from, for messages.
+	List() ([]string, error)
+	Location() string
+	// Survey starts a look at connections that is not a use (the
+	// capability refresh).
+	Survey() *backend.Survey
 }
 
 // Driver implements the proxy's CSI services.
@@ -174,8 +198,8 @@ type Driver struct {
 
 // New returns a driver; it reports ready to Probe once SetReady is called.
 func New(opts Options) (*Driver, error) {
-	if opts.Store == nil {
-		return nil, errors.New("csi.Options.Store is required")
+	if opts.Connections == nil {
+		return nil, errors.New("csi.Options.Connections is required")
 	}
 	if opts.Mode == "" {
 		opts.Mode = ModeAll

@@ -9,13 +9,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // forward calls fn on the upstream with the connection's timeout and maps
 // its error. It is the one place every routed call goes through.
-func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *upstream.Client, method string, req Req,
+func forward[Req, Resp any](ctx context.Context, c *backend.Conn, up *upstream.Client, method string, req Req,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	ctx, cancel := upstreamContext(ctx, c)
 	defer cancel()
@@ -31,7 +31,7 @@ func forward[Req, Resp any](ctx context.Context, c *connection.Connection, up *u
 // connection's csi.timeout. Every upstream call goes through it, capability
 // discovery included: an upstream that hangs on ControllerGetCapabilities
 // is as hung as one that hangs on the call itself.
-func upstreamContext(ctx context.Context, c *connection.Connection) (context.Context, context.CancelFunc) {
+func upstreamContext(ctx context.Context, c *backend.Conn) (context.Context, context.CancelFunc) {
 	ctx = upstream.WithConnection(ctx, c.Name)
 	if t := c.Config.CSI.Timeout; t > 0 {
 		return context.WithTimeout(ctx, t)
@@ -44,7 +44,7 @@ func upstreamContext(ctx context.Context, c *connection.Connection) (context.Con
 // upstream UNIMPLEMENTED becomes INVALID_ARGUMENT: this driver advertises
 // the RPC, and UNIMPLEMENTED would tell the CO that no storage class
 // supports it.
-func upstreamError(c *connection.Connection, up *upstream.Client, method string, err error) error {
+func upstreamError(c *backend.Conn, up *upstream.Client, method string, err error) error {
 	st := status.Convert(err)
 	var msg string
 	switch st.Code() {
@@ -60,7 +60,7 @@ func upstreamError(c *connection.Connection, up *upstream.Client, method string,
 	return status.FromProto(p).Err()
 }
 
-func unsupported(c *connection.Connection, method string) error {
+func unsupported(c *backend.Conn, method string) error {
 	return status.Errorf(codes.InvalidArgument, "connection %q (driver %s) does not support %s", c.Name, c.Config.Driver, method)
 }
 
@@ -68,7 +68,7 @@ func unsupported(c *connection.Connection, method string) error {
 // advertises a controller capability. The upstream client discovers its
 // capabilities once and caches them (pkg/upstream). A group has no
 // upstream and so no capability: listings skip it (group.go).
-func controllerHas(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
+func controllerHas(ctx context.Context, c *backend.Conn, cap csi.ControllerServiceCapability_RPC_Type) (bool, error) {
 	if c.IsGroup() {
 		return false, nil
 	}
@@ -83,7 +83,7 @@ func controllerHas(ctx context.Context, c *connection.Connection, cap csi.Contro
 
 // requireController fails with INVALID_ARGUMENT when the connection's
 // upstream lacks a controller capability.
-func requireController(ctx context.Context, c *connection.Connection, cap csi.ControllerServiceCapability_RPC_Type, method string) error {
+func requireController(ctx context.Context, c *backend.Conn, cap csi.ControllerServiceCapability_RPC_Type, method string) error {
 	ok, err := controllerHas(ctx, c, cap)
 	if err != nil {
 		return err
@@ -95,7 +95,7 @@ func requireController(ctx context.Context, c *connection.Connection, cap csi.Co
 }
 
 // nodeHas is controllerHas for the node upstream's node capabilities.
-func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
+func nodeHas(ctx context.Context, c *backend.Conn, cap csi.NodeServiceCapability_RPC_Type) (bool, error) {
 	if c.IsGroup() {
 		return false, nil
 	}
@@ -110,7 +110,7 @@ func nodeHas(ctx context.Context, c *connection.Connection, cap csi.NodeServiceC
 
 // requireNode fails with INVALID_ARGUMENT when the connection's node
 // upstream lacks a node capability.
-func requireNode(ctx context.Context, c *connection.Connection, cap csi.NodeServiceCapability_RPC_Type, method string) error {
+func requireNode(ctx context.Context, c *backend.Conn, cap csi.NodeServiceCapability_RPC_Type, method string) error {
 	ok, err := nodeHas(ctx, c, cap)
 	if err != nil {
 		return err

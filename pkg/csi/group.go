@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -28,21 +29,28 @@ import (
 
 // groupMember resolves a CreateVolume on group g to the member that will
 // serve it, with a reference held for the call.
-func (d *Driver) groupMember(ctx context.Context, g *connection.Connection, req *csi.CreateVolumeRequest) (*connection.Connection, error) {
+func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest) (*backend.Conn, error) {
 	if src := req.GetVolumeContentSource(); src != nil {
 		return d.sourceMember(ctx, g, req, src)
 	}
 	requirement := req.GetAccessibilityRequirements()
-	m, why, err := d.placement().ChooseMember(g, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*connection.Connection, error) {
-		m, err := d.opts.Store.Member(ctx, g, i)
-		if err == nil {
-			hold(ctx, m)
+	// Placement decides on the members' files; the one chosen is served
+	// with the clients found for it.
+	members := make([]*backend.Conn, len(g.Members()))
+	chosen, why, err := d.placement().ChooseMember(g.Connection, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*connection.Connection, error) {
+		m, err := d.opts.Connections.Member(ctx, g, i)
+		if err != nil {
+			return nil, err
 		}
-		return m, err
+		hold(ctx, m)
+		members[i] = m
+		return m.Connection, nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	i := slices.IndexFunc(members, func(m *backend.Conn) bool { return m != nil && m.Connection == chosen })
+	m := members[i]
 	setConnection(ctx, m.Name)
 	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(), "why", why)
 	return m, nil
@@ -54,7 +62,7 @@ func (d *Driver) groupMember(ctx context.Context, g *connection.Connection, req 
 // connection is; a member that cannot serve the requested topology is
 // RESOURCE_EXHAUSTED (the member's own refusal, which says what it
 // offers), never another member.
-func (d *Driver) sourceMember(ctx context.Context, g *connection.Connection, req *csi.CreateVolumeRequest, src *csi.VolumeContentSource) (*connection.Connection, error) {
+func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest, src *csi.VolumeContentSource) (*backend.Conn, error) {
 	var id ids.ID
 	var err error
 	what := "volume_content_source"
@@ -76,12 +84,12 @@ func (d *Driver) sourceMember(ctx context.Context, g *connection.Connection, req
 		return nil, status.Errorf(codes.InvalidArgument, "cannot make a volume of group %q from a %s of connection %q: it is not one of the group's members %q, and a volume can be made from a source only within its connection",
 			g.Name, what, id.Connection, g.Members())
 	}
-	m, err := d.opts.Store.Member(ctx, g, i)
+	m, err := d.opts.Connections.Member(ctx, g, i)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	hold(ctx, m)
-	if _, err := d.decide(m, req.GetAccessibilityRequirements()); err != nil {
+	if _, err := d.decide(m.Connection, req.GetAccessibilityRequirements()); err != nil {
 		st := status.Convert(err)
 		return nil, status.Errorf(st.Code(), "group %q: the source %s is on member %q, which cannot serve the request: %s", g.Name, what, m.Name, st.Message())
 	}
@@ -95,10 +103,10 @@ func (d *Driver) sourceMember(ctx context.Context, g *connection.Connection, req
 // that admit the segment report (0 when none does), so capacity tracking
 // steers the scheduler away from zones whose members are full. A member
 // without GET_CAPACITY counts as unlimited, and so does the sum.
-func (d *Driver) groupCapacity(ctx context.Context, g *connection.Connection, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+func (d *Driver) groupCapacity(ctx context.Context, g *backend.Conn, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	var total int64
 	for i := range g.Members() {
-		m, err := d.opts.Store.Member(ctx, g, i)
+		m, err := d.opts.Connections.Member(ctx, g, i)
 		if err != nil {
 			return nil, storeError(err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
@@ -50,8 +51,11 @@ type testProxy struct {
 	// request object (the gRPC client never shares it).
 	Driver *pcsi.Driver
 	Folder string
-	// Pool is the proxy's upstream pool, to count its clients.
+	// Pool is the proxy's upstream pool, to count its clients; Store is
+	// its connection catalogue and Registry what builds their clients.
 	Pool       *upstream.Pool
+	Store      *connection.Store
+	Registry   *backend.Registry
 	Endpoint   string
 	Identity   csi.IdentityClient
 	Controller csi.ControllerClient
@@ -68,7 +72,8 @@ func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
 }
 
 // startProxyStore is startProxy with storeOpt editing the connection store's
-// options (say, its cache timeout) before the store is made.
+// options (say, its cache timeout) before the store is made. The registry
+// checks connections with the driver's SelfGuard, as serve wires it.
 func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
@@ -79,19 +84,24 @@ func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...f
 	t.Cleanup(pool.Close)
 	so := connection.Options{
 		// Re-read on every call so a test can add or remove files.
-		Folder: folder, CacheTimeout: 0, Topology: testTopology, Pool: pool, Log: log,
+		Folder: folder, CacheTimeout: 0, Topology: testTopology, Log: log,
 	}
 	if storeOpt != nil {
 		storeOpt(&so)
 	}
 	store := connection.NewStore(so)
 	o := pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
+		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1",
 		Topology: testTopology, Log: log, RollbackTimeout: 5 * time.Second,
 	}
 	for _, f := range opts {
 		f(&o)
 	}
+	registry := backend.New(backend.Options{
+		Catalogue: store, Pool: pool, Guard: o.SelfGuard,
+		NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test", Log: log,
+	})
+	o.Connections = registry
 	d, err := pcsi.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +116,7 @@ func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...f
 		}
 	})
 	return &testProxy{
-		Driver: d, Folder: folder, Pool: pool, Endpoint: "unix://" + path, Logs: logs,
+		Driver: d, Folder: folder, Pool: pool, Store: store, Registry: registry, Endpoint: "unix://" + path, Logs: logs,
 		Identity: csi.NewIdentityClient(conn), Controller: csi.NewControllerClient(conn), Node: csi.NewNodeClient(conn),
 	}
 }

@@ -5,7 +5,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -60,7 +60,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 // ControllerListVolumeHealth lists volume health across connections.
 func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH, "ControllerListVolumeHealth", req.GetMaxEntries(), req.GetStartingToken(),
-		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.VolumeHealth, string, error) {
+		func(ctx context.Context, c *backend.Conn, max int32, tok string) ([]*csi.VolumeHealth, string, error) {
 			resp, err := forward(ctx, c, c.Controller, "ControllerListVolumeHealth", &csi.ControllerListVolumeHealthRequest{
 				MaxEntries: max, StartingToken: tok, Secrets: merge(c.Config.CSI.Secrets, req.GetSecrets()),
 			}, c.Controller.Controller.ControllerListVolumeHealth)

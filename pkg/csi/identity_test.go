@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -148,10 +149,10 @@ func TestModes(t *testing.T) {
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
-	store := connection.NewStore(connection.Options{Folder: t.TempDir()})
+	registry := backend.New(backend.Options{Catalogue: connection.NewStore(connection.Options{Folder: t.TempDir()})})
 	tests := map[string]pcsi.Options{
-		"no store": {},
-		"bad mode": {Store: store, Mode: "both"},
+		"no connections": {},
+		"bad mode":       {Connections: registry, Mode: "both"},
 	}
 	for name, o := range tests {
 		t.Run(name, func(t *testing.T) {

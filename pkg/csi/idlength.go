@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -26,7 +26,7 @@ type longIDKey struct {
 // message names both lengths; without it an ID over the CSI limit of 128
 // bytes is returned, counted (Options.OnLongID) and warned about once per
 // connection.
-func (d *Driver) encodeID(ctx context.Context, kind ids.Kind, c *connection.Connection, handle string) (string, error) {
+func (d *Driver) encodeID(ctx context.Context, kind ids.Kind, c *backend.Conn, handle string) (string, error) {
 	id, err := ids.Encode(kind, c.Name, handle, d.opts.MaxIDLength)
 	if err != nil {
 		return "", err

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
@@ -34,17 +34,17 @@ type call struct {
 	// upstream clients open until the call ends, however its file
 	// changes meanwhile. The interceptor releases them.
 	mu   sync.Mutex
-	held []*connection.Connection
+	held []*backend.Conn
 	// heldBuf backs held: a call resolves one or two connections, and the
 	// interceptor's hot path should not allocate for them.
-	heldBuf [2]*connection.Connection
+	heldBuf [2]*backend.Conn
 }
 
 // hold keeps c, and so its upstream clients, for the rest of the call.
 // Outside the server's interceptor (a test calling a handler directly)
 // there is no call to hold it for, and the reference is kept: a client
 // left open is better than one closed under a call.
-func hold(ctx context.Context, c *connection.Connection) {
+func hold(ctx context.Context, c *backend.Conn) {
 	if cl, ok := ctx.Value(callKey{}).(*call); ok {
 		cl.mu.Lock()
 		cl.held = append(cl.held, c)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -68,7 +69,7 @@ func checkMaxEntries(n int32) error {
 }
 
 // fetchFunc lists one upstream page of one connection.
-type fetchFunc[T any] func(ctx context.Context, c *connection.Connection, maxEntries int32, token string) ([]T, string, error)
+type fetchFunc[T any] func(ctx context.Context, c *backend.Conn, maxEntries int32, token string) ([]T, string, error)
 
 // Bounds of a listing when Options leave them zero.
 const (
@@ -80,14 +81,14 @@ const (
 // without end: a next_token it handed out before in this listing (or the
 // one it was just given), or more than max pages.
 type pager struct {
-	c      *connection.Connection
+	c      *backend.Conn
 	method string
 	max    int
 	pages  int
 	seen   map[string]bool
 }
 
-func newPager(c *connection.Connection, method string, max int, start string) *pager {
+func newPager(c *backend.Conn, method string, max int, start string) *pager {
 	p := &pager{c: c, method: method, max: max, seen: map[string]bool{}}
 	if start != "" {
 		p.seen[start] = true
@@ -139,9 +140,9 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	if err != nil {
 		return nil, "", err
 	}
-	names, err := d.opts.Store.List()
+	names, err := d.opts.Connections.List()
 	if err != nil {
-		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Store.Location(), err)
+		return nil, "", status.Errorf(codes.FailedPrecondition, "cannot list connections in %s: %v", d.opts.Connections.Location(), err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ListTimeout)
 	defer cancel()
@@ -150,7 +151,7 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 		if err := ctx.Err(); err != nil {
 			return nil, "", status.Errorf(status.FromContextError(err).Code(), "%s stopped before connection %q: %v", method, name, err)
 		}
-		c, err := d.opts.Store.Get(ctx, name)
+		c, err := d.opts.Connections.Get(ctx, name)
 		if err != nil {
 			if skipInListing(err) {
 				d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
@@ -166,10 +167,6 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 			st := status.Convert(storeError(err))
 			return nil, "", status.Errorf(st.Code(), "%s: connection %q %s, and a list without its volumes would tell the CO they are gone: %s",
 				method, name, what, st.Message())
-		}
-		if err := d.refusedLoop(c); err != nil {
-			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
-			continue // refused by a re-check after it loaded (skipInListing)
 		}
 		hold(ctx, c)
 		if name < startConn {
@@ -219,11 +216,11 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	return out, "", nil
 }
 
-// skipInListing reports whether a connection the store could not give
+// skipInListing reports whether a connection the registry could not give
 // (err) is left out of a listing rather than failing it: its file went
-// away after the folder was read, or the store's check refused it when it
-// loaded for routing back to this proxy (connection.ErrRefused; one
-// refused by a later re-check loads, and refusedLoop skips it). A connection that routes
+// away after the folder was read, or the loop guard refused it for routing
+// back to this proxy, when it loaded or at a later re-check
+// (connection.ErrRefused). A connection that routes
 // back has no volumes of its own (what it reaches is listed under the
 // connections that reach it directly), and listing it would recurse. Any
 // other failure may hide volumes, so it fails the listing.
@@ -235,13 +232,13 @@ func skipInListing(err error) bool {
 // connection's topology.
 func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	entries, next, err := fanOut(ctx, d, csi.ControllerServiceCapability_RPC_LIST_VOLUMES, "ListVolumes", req.GetMaxEntries(), req.GetStartingToken(),
-		func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListVolumesResponse_Entry, string, error) {
+		func(ctx context.Context, c *backend.Conn, max int32, tok string) ([]*csi.ListVolumesResponse_Entry, string, error) {
 			resp, err := forward(ctx, c, c.Controller, "ListVolumes",
 				&csi.ListVolumesRequest{MaxEntries: max, StartingToken: tok}, c.Controller.Controller.ListVolumes)
 			if err != nil {
 				return nil, "", err
 			}
-			topology := d.existingTopology(c)
+			topology := d.existingTopology(c.Connection)
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()
@@ -275,7 +272,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	if err := checkMaxEntries(req.GetMaxEntries()); err != nil {
 		return nil, err
 	}
-	fetch := func(ctx context.Context, c *connection.Connection, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+	fetch := func(ctx context.Context, c *backend.Conn, max int32, tok string) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
 		out := outbound(req)
 		out.MaxEntries, out.StartingToken = max, tok
 		out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())

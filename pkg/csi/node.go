@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -170,7 +170,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 // upstreamStagingPath is the staging path to pass on: none for an upstream
 // that does not stage, since the proxy staged nothing at the path the CO
 // sends (as in NodePublishVolume).
-func upstreamStagingPath(ctx context.Context, c *connection.Connection, path string) (string, error) {
+func upstreamStagingPath(ctx context.Context, c *backend.Conn, path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -23,7 +22,7 @@ func TestRefreshWarnsCentralNodeLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := startProxyStore(t, func(o *connection.Options) { o.DriverName, o.NodeID = "proxy.example.com", "node-1" },
+		p := startProxy(t,
 			func(o *pcsi.Options) { o.Mode, o.Policy, o.WarnCentralNodeLocal = pcsi.ModeController, &policy, warn })
 		local := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + t.TempDir() + "\n"
 		p.write(t, "disk-b", local)

@@ -25,7 +25,7 @@ func startNodeLocal(t *testing.T, typ string) *testProxy {
 	opts := accessible.Options{Prefix: testPrefix, Type: typ}
 	segments := map[string]string{testPrefix + "/zone": "z1", testPrefix + "/node": "node-1"}
 	p := startProxyStore(t, func(o *connection.Options) {
-		o.NodeID, o.DriverName, o.Version, o.Topology = "node-1", "proxy.example.com", "v-test", opts
+		o.Topology = opts
 	}, func(o *pcsi.Options) {
 		o.Topology, o.NodeSegments = opts, segments
 	})

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -90,7 +90,7 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 
 // upstreamNodeID renders the node id the connection's upstream expects
 // for a node name (proxy.perDriver.nodeId.template).
-func upstreamNodeID(c *connection.Connection, nodeName string) (string, error) {
+func upstreamNodeID(c *backend.Conn, nodeName string) (string, error) {
 	id := c.Config.Proxy.PerDriver.NodeID.Render(nodeName)
 	if len(id) > MaxNodeIDLength {
 		return "", status.Errorf(codes.InvalidArgument, "connection %q: node id %q rendered by proxy.perDriver.nodeId.template is %d bytes, over the CSI limit of %d",
@@ -101,7 +101,7 @@ func upstreamNodeID(c *connection.Connection, nodeName string) (string, error) {
 
 // nodeNames maps upstream node ids back to node names with the
 // connection's node id template; ids of another shape are kept as they are.
-func nodeNames(c *connection.Connection, upstreamIDs []string) []string {
+func nodeNames(c *backend.Conn, upstreamIDs []string) []string {
 	for i, id := range upstreamIDs {
 		if name, ok := c.Config.Proxy.PerDriver.NodeID.Parse(id); ok {
 			upstreamIDs[i] = name

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -15,7 +16,7 @@ import (
 // target is where a call about an existing volume or snapshot goes: the
 // connection its ID names, and the upstream's own ID inside it.
 type target struct {
-	conn   *connection.Connection
+	conn   *backend.Conn
 	handle string
 }
 
@@ -78,7 +79,7 @@ func parseID(kind ids.Kind, field, s string) (ids.ID, error) {
 
 // connectionFromParameters picks the connection named by a request's
 // parameters (StorageClass parameters.connection), else the default one.
-func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*connection.Connection, error) {
+func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*backend.Conn, error) {
 	name := params[ConnectionParameter]
 	if name == "" {
 		name = d.opts.DefaultConnection
@@ -92,7 +93,7 @@ func (d *Driver) connectionFromParameters(ctx context.Context, params map[string
 // connection resolves a connection that an ID names, recording it for the
 // log line. A group is refused: IDs name the member that holds the object
 // (SPEC §11).
-func (d *Driver) connection(ctx context.Context, name string) (*connection.Connection, error) {
+func (d *Driver) connection(ctx context.Context, name string) (*backend.Conn, error) {
 	c, err := d.connectionOrGroup(ctx, name)
 	if err == nil && c.IsGroup() {
 		return nil, notMadeByGroup(c)
@@ -102,14 +103,11 @@ func (d *Driver) connection(ctx context.Context, name string) (*connection.Conne
 
 // connectionOrGroup resolves a connection by name for a request, recording
 // it for the log line; it may be a group (CreateVolume, GetCapacity).
-func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*connection.Connection, error) {
+func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*backend.Conn, error) {
 	setConnection(ctx, name)
-	c, err := d.opts.Store.Get(ctx, name)
+	c, err := d.opts.Connections.Get(ctx, name)
 	if err != nil {
 		return nil, storeError(err)
-	}
-	if err := d.refusedLoop(c); err != nil {
-		return nil, err
 	}
 	hold(ctx, c)
 	return c, nil
@@ -143,7 +141,7 @@ func storeError(err error) error {
 // never makes one (a group's volumes are named by their member), so the
 // file was most likely an ordinary connection once, and its volumes need
 // that file back.
-func notMadeByGroup(c *connection.Connection) error {
+func notMadeByGroup(c *backend.Conn) error {
 	return status.Errorf(codes.FailedPrecondition,
 		"connection %q is a group (members %q): volumes and snapshots are named by the member that holds them, never by a group; if %q was an ordinary connection when the object was made, restore its file",
 		c.Name, c.Members(), c.Name)

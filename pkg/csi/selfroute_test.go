@@ -11,17 +11,17 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
-// startGuardedProxy serves a proxy whose store refuses connections that
+// startGuardedProxy serves a proxy whose registry refuses connections that
 // route back to it, as serve wires it; own are the endpoints the guard
 // knows as its own.
-func startGuardedProxy(t *testing.T, own ...string) (*testProxy, *pcsi.SelfGuard) {
+func startGuardedProxy(t *testing.T, own ...string) (*testProxy, *backend.SelfGuard) {
 	t.Helper()
-	g := pcsi.NewSelfGuard(own...)
-	p := startProxyStore(t, func(so *connection.Options) { so.Check = g.Check }, func(o *pcsi.Options) { o.SelfGuard = g })
+	g := backend.NewSelfGuard(own...)
+	p := startProxy(t, func(o *pcsi.Options) { o.SelfGuard = g })
 	return p, g
 }
 
@@ -41,7 +41,7 @@ func TestSelfRouteOwnSocket(t *testing.T) {
 		_, err := p.Controller.CreateVolume(callCtx(t), createReq("pvc-1", map[string]string{"connection": name}))
 		testkit.WantCode(t, err, codes.FailedPrecondition, `connection "`+name+`"`, "csi.endpoint", "this proxy's own socket")
 	}
-	if !pcsi.SameSocket("unix:"+own, "unix://"+filepath.Join(dir, ".", "csi.sock")) || pcsi.SameSocket("unix://"+own, "127.0.0.1:9000") {
+	if !backend.SameSocket("unix:"+own, "unix://"+filepath.Join(dir, ".", "csi.sock")) || backend.SameSocket("unix://"+own, "127.0.0.1:9000") {
 		t.Error("SameSocket")
 	}
 }
@@ -76,7 +76,7 @@ func TestSelfRouteChain(t *testing.T) {
 	if _, err := a.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-b/v:x/h"}); err != nil && strings.Contains(err.Error(), "route") {
 		t.Fatalf("a refused to-b before any cycle existed: %v", err)
 	}
-	if got := ga.Manifest()[pcsi.ManifestRoutesTo]; got != gb.Instance() {
+	if got := ga.Manifest()[backend.ManifestRoutesTo]; got != gb.Instance() {
 		t.Fatalf("a's routes-to = %q, want b's instance %s", got, gb.Instance())
 	}
 	// b loads to-a: a routes to b, so it is a cycle.
@@ -93,7 +93,7 @@ func TestSelfRouteChain(t *testing.T) {
 		t.Errorf("volumes through a (-want +got):\n%s", d)
 	}
 	info, err := b.Identity.GetPluginInfo(callCtx(t), &csi.GetPluginInfoRequest{})
-	if err != nil || info.GetManifest()[pcsi.ManifestInstance] != gb.Instance() {
+	if err != nil || info.GetManifest()[backend.ManifestInstance] != gb.Instance() {
 		t.Errorf("b's GetPluginInfo manifest %v, %v", info.GetManifest(), err)
 	}
 }
@@ -106,9 +106,9 @@ func TestSelfRouteChain(t *testing.T) {
 func TestSelfRouteRecheckedOnRefresh(t *testing.T) {
 	other := newFakeUpstream(t, withControllerCaps(listCaps...), withVolumes("x1"))
 	manifest := func(routes string) *csi.GetPluginInfoResponse {
-		m := map[string]string{pcsi.ManifestInstance: "other-proxy"}
+		m := map[string]string{backend.ManifestInstance: "other-proxy"}
 		if routes != "" {
-			m[pcsi.ManifestRoutesTo] = routes
+			m[backend.ManifestRoutesTo] = routes
 		}
 		return &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v", Manifest: m}
 	}
@@ -158,7 +158,7 @@ func TestSelfRouteRecheckAsksEachUpstreamOnce(t *testing.T) {
 		t.Errorf("one re-check round of %d connections to one upstream asked GetPluginInfo %d times, want 1", n, asked)
 	}
 	up.setResponse("GetPluginInfo", &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v",
-		Manifest: map[string]string{pcsi.ManifestInstance: "other", pcsi.ManifestRoutesTo: g.Instance()}})
+		Manifest: map[string]string{backend.ManifestInstance: "other", backend.ManifestRoutesTo: g.Instance()}})
 	p.Driver.RefreshCapabilities(callCtx(t))
 	for i := range n {
 		_, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: fmt.Sprintf("v:c%02d/x", i)})

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -92,7 +92,7 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 
 // wrapSnapshot rewrites a snapshot's IDs to proxy IDs; false means the
 // snapshot cannot be represented and is left out (logged).
-func (d *Driver) wrapSnapshot(ctx context.Context, c *connection.Connection, s *csi.Snapshot) bool {
+func (d *Driver) wrapSnapshot(ctx context.Context, c *backend.Conn, s *csi.Snapshot) bool {
 	if s == nil {
 		return false
 	}

@@ -93,7 +93,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	if vol := resp.GetVolume(); vol != nil {
 		vol.VolumeId = req.GetVolumeId()
-		vol.AccessibleTopology = d.existingTopology(c)
+		vol.AccessibleTopology = d.existingTopology(c.Connection)
 		if src := vol.GetContentSource(); src != nil {
 			vol.ContentSource = wrapSource(c, src)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
@@ -61,9 +62,7 @@ func startProxy(t *testing.T, cacheTimeout time.Duration, storeOpts ...func(*con
 	t.Cleanup(pool.Close)
 	pool.SetObserver(m.UpstreamObserver(pcsi.ConnectionFromContext))
 	so := connection.Options{
-		Folder: folder, CacheTimeout: cacheTimeout, Topology: topology,
-		NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test",
-		Pool: pool, Log: log, OnLoad: m.ConnectionLoaded,
+		Folder: folder, CacheTimeout: cacheTimeout, Topology: topology, Log: log, OnLoad: m.ConnectionLoaded,
 	}
 	for _, o := range storeOpts {
 		o(&so)
@@ -72,7 +71,10 @@ func startProxy(t *testing.T, cacheTimeout time.Duration, storeOpts ...func(*con
 	m.WatchCache(store.Cached)
 	m.WatchConnections(store.List)
 	d, err := pcsi.New(pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Store: store,
+		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1",
+		Connections: backend.New(backend.Options{
+			Catalogue: store, Pool: pool, NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test", Log: log,
+		}),
 		Topology: topology, Log: log,
 	})
 	if err != nil {

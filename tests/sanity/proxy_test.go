@@ -19,6 +19,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -110,9 +111,9 @@ func proxyConfig(t *testing.T, dir string, controllerPublish bool, connectionFil
 	pool := upstream.NewPool(log)
 	t.Cleanup(pool.Close)
 	topo := accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster}
-	store := connection.NewStore(connection.Options{
-		Folder: folder, CacheTimeout: time.Hour, Topology: topo, NodeID: "sanity-node",
-		DriverName: "proxy.sanity.proxy-topology", Version: "sanity", Pool: pool, Log: log,
+	store := connection.NewStore(connection.Options{Folder: folder, CacheTimeout: time.Hour, Topology: topo, Log: log})
+	registry := backend.New(backend.Options{
+		Catalogue: store, Pool: pool, NodeID: "sanity-node", DriverName: "proxy.sanity.proxy-topology", Version: "sanity", Log: log,
 	})
 	ctrl := []string{
 		"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS", "LIST_VOLUMES", "CLONE_VOLUME",
@@ -128,7 +129,7 @@ func proxyConfig(t *testing.T, dir string, controllerPublish bool, connectionFil
 	}
 	d, err := pcsi.New(pcsi.Options{
 		Name: "proxy.sanity.proxy-topology", Version: "sanity", NodeID: "sanity-node",
-		Store: store, DefaultConnection: sanityConnection, Topology: topo,
+		Connections: registry, DefaultConnection: sanityConnection, Topology: topo,
 		NodeSegments: map[string]string{nodetopology.DefaultPrefix + "/cluster": "local"},
 		Capabilities: caps, Log: log,
 	})

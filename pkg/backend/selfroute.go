@@ -1,4 +1,4 @@
-package csi
+package backend
 
 import (
 	"context"
@@ -13,10 +13,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pendpoint "github.com/democratic-csi/proxy-topology/pkg/endpoint"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
@@ -24,7 +21,7 @@ import (
 // A connection that routes back to this proxy would make every listing
 // recurse into itself without end (the fan-out lists the connection, which
 // lists the proxy, which fans out again…). SelfGuard refuses such a
-// connection when it is loaded, never follows it:
+// connection when the Registry builds its clients, never follows it:
 //
 //   - its endpoint is this proxy's own socket (paths compared after
 //     resolving symlinks, and by inode when both exist);
@@ -117,11 +114,12 @@ func (g *SelfGuard) Manifest() map[string]string {
 	return m
 }
 
-// Check is connection.Options.Check: it refuses a driver: csi connection
-// whose endpoint is this proxy's socket or whose upstream routes back to
-// this proxy, naming the key and what was found. Its verdict is also what
+// Check refuses a driver: csi connection whose endpoint is this proxy's
+// socket or whose upstream routes back to this proxy, naming the key and
+// what was found; the Registry runs it when it builds a connection's
+// clients. Its verdict is also what
 // Refused reports for the connection until the next Check of it.
-func (g *SelfGuard) Check(ctx context.Context, c *connection.Connection) error {
+func (g *SelfGuard) Check(ctx context.Context, c *Conn) error {
 	return g.CheckIn(ctx, c, nil)
 }
 
@@ -129,7 +127,7 @@ func (g *SelfGuard) Check(ctx context.Context, c *connection.Connection) error {
 // shared by many connections is asked once per round, not once per
 // connection, so the periodic re-check of ten thousand connections to one
 // storage system costs one GetPluginInfo. A nil round asks every time.
-func (g *SelfGuard) CheckIn(ctx context.Context, c *connection.Connection, r *Round) error {
+func (g *SelfGuard) CheckIn(ctx context.Context, c *Conn, r *Round) error {
 	err := g.check(ctx, c, r)
 	g.mu.Lock()
 	if err != nil {
@@ -150,7 +148,7 @@ func (g *SelfGuard) Refused(name string) error {
 	return g.refused[name]
 }
 
-func (g *SelfGuard) check(ctx context.Context, c *connection.Connection, r *Round) error {
+func (g *SelfGuard) check(ctx context.Context, c *Conn, r *Round) error {
 	eps := []struct{ key, value string }{{"csi.endpoint", c.Config.CSI.Endpoint}}
 	if c.Config.CSI.NodeEndpoint != "" {
 		eps = append(eps, struct{ key, value string }{"csi.nodeEndpoint", c.Config.CSI.NodeEndpoint})
@@ -255,20 +253,6 @@ func (g *SelfGuard) ask(ctx context.Context, cl *upstream.Client) (instance stri
 		}
 	}
 	return m[ManifestInstance], routes, true
-}
-
-// refusedLoop fails (FAILED_PRECONDITION, releasing c) when a re-check
-// found that c routes back to this proxy after it loaded.
-func (d *Driver) refusedLoop(c *connection.Connection) error {
-	g := d.opts.SelfGuard
-	if g == nil {
-		return nil
-	}
-	if err := g.Refused(c.Name); err != nil {
-		c.Release()
-		return status.Errorf(codes.FailedPrecondition, "connection %q is refused: %v", c.Name, err)
-	}
-	return nil
 }
 
 // socketPath is the file of a unix endpoint, "" for anything else.

@@ -1,4 +1,4 @@
-package connection
+package backend
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 func localConn(base string, stage bool) string {
@@ -36,7 +38,7 @@ func TestEditedLocalHostpathGetsNewDriver(t *testing.T) {
 			e := newEnv(t, cache)
 			base := filepath.Join(t.TempDir(), "data")
 			e.write("local", localConn(base, true))
-			old, err := e.store.Get(context.Background(), "local")
+			old, err := e.reg.Get(context.Background(), "local")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +116,7 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 			if err := os.Remove(e.path("a")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.store.Get(context.Background(), "a"); !errors.Is(err, ErrNotFound) {
+			if _, err := e.store.Get(context.Background(), "a"); !errors.Is(err, connection.ErrNotFound) {
 				t.Fatalf("Get of a removed file: %v", err)
 			}
 			e.wantTargets("a asked for after its removal", "unix:///csi/b.sock")
@@ -124,7 +126,7 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 			if err := os.Remove(e.path("b")); err != nil {
 				t.Fatal(err)
 			}
-			e.clock.Step(removedSweepInterval)
+			e.clock.Step(time.Minute) // the catalogue looks for removed files once a minute
 			e.get("a")
 			e.wantTargets("b removed, never asked for again", "unix:///csi/a.sock")
 		})

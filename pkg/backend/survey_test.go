@@ -1,4 +1,4 @@
-package connection
+package backend
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
 // look is Survey.Look of a connection that must load, released at once
 // (the caller's reference); the connection stays readable.
-func look(t *testing.T, v *Survey, name string) *Connection {
+func look(t *testing.T, v *Survey, name string) *Conn {
 	t.Helper()
 	c, err := v.Look(context.Background(), name)
 	if err != nil {
@@ -30,8 +32,8 @@ func TestSurveyCachesNothing(t *testing.T) {
 	for i := range n {
 		e.write(fmt.Sprintf("c%03d", i), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/up%d.sock\n", i%3))
 	}
-	v := e.store.Survey()
-	clients := map[string]*Connection{}
+	v := e.reg.Survey()
+	clients := map[string]*Conn{}
 	for i := range n {
 		c := look(t, v, fmt.Sprintf("c%03d", i))
 		if first, ok := clients[c.Config.CSI.Endpoint]; ok && first.Controller != c.Controller {
@@ -55,8 +57,8 @@ func TestSurveyCachesNothing(t *testing.T) {
 	if got := e.pool.Len(); got != 0 {
 		t.Errorf("pool has %d clients after the survey, want 0", got)
 	}
-	if _, err := v.Look(context.Background(), "c000"); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("Look after Close: %v, want ErrUnavailable", err)
+	if _, err := v.Look(context.Background(), "c000"); !errors.Is(err, connection.ErrUnavailable) {
+		t.Errorf("Look after Close: %v, want connection.ErrUnavailable", err)
 	}
 }
 
@@ -73,7 +75,7 @@ func TestSurveyIsNotAUse(t *testing.T) {
 	a := e.get("a")
 	for i := range 2 {
 		e.clock.Step(4 * time.Minute)
-		v := e.store.Survey()
+		v := e.reg.Survey()
 		if look(t, v, "a") != a {
 			t.Errorf("survey after %d min: a new connection, want the cached one", 4*(i+1))
 		}
@@ -93,7 +95,7 @@ func TestSurveyIsNotAUse(t *testing.T) {
 	if got := e.store.Cached(); got != 0 {
 		t.Errorf("Cached() = %d, want 0: surveys kept a from expiring", got)
 	}
-	v := e.store.Survey()
+	v := e.reg.Survey()
 	if look(t, v, "a") == a {
 		t.Error("the survey returned the expired connection")
 	}
@@ -112,15 +114,15 @@ func TestSurveyIsNotAUse(t *testing.T) {
 func TestSurveyErrors(t *testing.T) {
 	e := newEnv(t, 10*time.Minute)
 	e.write("broken", "driver: csi\n")
-	v := e.store.Survey()
+	v := e.reg.Survey()
 	defer v.Close()
 	for _, tc := range []struct {
 		name string
 		want error
 	}{
-		{"broken", ErrBroken},
-		{"absent", ErrNotFound},
-		{"Bad/Name", ErrInvalidName},
+		{"broken", connection.ErrBroken},
+		{"absent", connection.ErrNotFound},
+		{"Bad/Name", connection.ErrInvalidName},
 	} {
 		_, err := v.Look(context.Background(), tc.name)
 		if !errors.Is(err, tc.want) {
@@ -129,7 +131,7 @@ func TestSurveyErrors(t *testing.T) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.store.entries) != 0 {
-		t.Errorf("%d cache entries after failed looks, want 0", len(e.store.entries))
+	if e.store.Cached() != 0 {
+		t.Errorf("%d cache entries after failed looks, want 0", e.store.Cached())
 	}
 }

@@ -1,0 +1,174 @@
+package backend
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/connection"
+	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
+)
+
+// Two connection files of the same size that differ only in the endpoint,
+// so a rewrite from one to the other changes neither size nor (after
+// os.Chtimes) mtime.
+const (
+	connA = "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n"
+	connB = "driver: csi\ncsi:\n  endpoint: unix:///csi/b.sock\n"
+)
+
+func init() {
+	if len(connA) != len(connB) {
+		panic("connA and connB must have the same size")
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent Get calls.
+type syncBuffer = syncbuf.Buffer
+
+// env is one registry over a catalogue of a private folder, with its own
+// pool and clock.
+type env struct {
+	t     *testing.T
+	dir   string
+	store *connection.Store
+	reg   *Registry
+	pool  *upstream.Pool
+	clock *testingclock.FakeClock // Options.Now under the test's control
+	log   *syncBuffer
+	loads []loadEvent // OnLoad calls, in order
+	mu    sync.Mutex
+}
+
+type loadEvent struct {
+	name   string
+	reload bool
+	failed bool
+}
+
+func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
+	t.Helper()
+	e := &env{
+		t:     t,
+		dir:   t.TempDir(),
+		clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		log:   &syncBuffer{},
+	}
+	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.pool = upstream.NewPool(log)
+	t.Cleanup(e.pool.Close)
+	e.store = connection.NewStore(connection.Options{
+		Folder:       e.dir,
+		CacheTimeout: cacheTimeout,
+		Topology:     accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster},
+		Log:          log,
+		Now:          e.clock.Now,
+		OnLoad: func(name string, reload bool, err error) {
+			e.mu.Lock()
+			e.loads = append(e.loads, loadEvent{name, reload, err != nil})
+			e.mu.Unlock()
+		},
+	})
+	e.reg = New(Options{
+		Catalogue:  e.store,
+		Pool:       e.pool,
+		NodeID:     "node-1",
+		DriverName: "proxy.example.com",
+		Version:    "v-test",
+		Log:        log,
+	})
+	return e
+}
+
+func (e *env) path(name string) string { return filepath.Join(e.dir, name+".yaml") }
+
+// write rewrites name.yaml in place (same inode).
+func (e *env) write(name, content string) {
+	e.t.Helper()
+	if err := os.WriteFile(e.path(name), []byte(content), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// replace writes content to a temporary file and renames it over
+// name.yaml, as editors and config management do: a new inode.
+func (e *env) replace(name, content string) {
+	e.t.Helper()
+	tmp := filepath.Join(e.dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, e.path(name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// get returns a connection that must load, with its clients, as a call
+// that has ended: its reference is given back, so only the catalogue keeps
+// it (and its clients). Its Config stays readable.
+func (e *env) get(name string) *Conn {
+	e.t.Helper()
+	c, err := e.reg.Get(context.Background(), name)
+	if err != nil {
+		e.t.Fatalf("Get(%q): %v", name, err)
+	}
+	if c == nil {
+		e.t.Fatalf("Get(%q) returned nil and no error", name)
+	}
+	c.Release()
+	return c
+}
+
+// endpoint is the controller endpoint name's connection loads with.
+func (e *env) endpoint(name string) string {
+	e.t.Helper()
+	return e.get(name).Config.CSI.Endpoint
+}
+
+func (e *env) loadCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.loads)
+}
+
+// secret lays out files the way the kubelet's AtomicWriter mounts a Secret
+// or ConfigMap: the data in a timestamped directory, "..data" a symlink to
+// it, and each name.yaml a symlink to "..data/name.yaml". Each call is one
+// update: a new directory, and a new "..data" renamed over the old one.
+func (e *env) secret(generation int, files map[string]string) {
+	e.t.Helper()
+	gen := filepath.Join(e.dir, "..gen"+string(rune('0'+generation)))
+	if err := os.Mkdir(gen, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(gen, name+".yaml"), []byte(content), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(e.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, "..data")); err != nil {
+		e.t.Fatal(err)
+	}
+	for name := range files {
+		link := e.path(name)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", name+".yaml"), link); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}

@@ -67,6 +67,17 @@ func WriteFile(t testing.TB, path, content string, perm os.FileMode) string {
 	return path
 }
 
+// ReplaceFile writes content to a temporary file beside path and renames
+// it over path, as editors and config management do: a new inode.
+func ReplaceFile(t testing.TB, path, content string, perm os.FileMode) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	WriteFile(t, tmp, content, perm)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ServeUnix serves register's services with a gRPC server on a new unix
 // socket at path until the test ends; it returns the server, which the
 // test may stop earlier. It may be called from any goroutine: when the

@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -92,25 +92,10 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 func (e *env) path(name string) string { return filepath.Join(e.dir, name+".yaml") }
 
 // write rewrites name.yaml in place (same inode).
-func (e *env) write(name, content string) {
-	e.t.Helper()
-	if err := os.WriteFile(e.path(name), []byte(content), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *env) write(name, content string) { testkit.WriteFile(e.t, e.path(name), content, 0o600) }
 
-// replace writes content to a temporary file and renames it over
-// name.yaml, as editors and config management do: a new inode.
-func (e *env) replace(name, content string) {
-	e.t.Helper()
-	tmp := filepath.Join(e.dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, e.path(name)); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// replace renames a new name.yaml over the old one: a new inode.
+func (e *env) replace(name, content string) { testkit.ReplaceFile(e.t, e.path(name), content, 0o600) }
 
 // get returns a connection that must load, with its clients, as a call
 // that has ended: its reference is given back, so only the catalogue keeps
@@ -128,47 +113,8 @@ func (e *env) get(name string) *Conn {
 	return c
 }
 
-// endpoint is the controller endpoint name's connection loads with.
-func (e *env) endpoint(name string) string {
-	e.t.Helper()
-	return e.get(name).Config.CSI.Endpoint
-}
-
 func (e *env) loadCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.loads)
-}
-
-// secret lays out files the way the kubelet's AtomicWriter mounts a Secret
-// or ConfigMap: the data in a timestamped directory, "..data" a symlink to
-// it, and each name.yaml a symlink to "..data/name.yaml". Each call is one
-// update: a new directory, and a new "..data" renamed over the old one.
-func (e *env) secret(generation int, files map[string]string) {
-	e.t.Helper()
-	gen := filepath.Join(e.dir, "..gen"+string(rune('0'+generation)))
-	if err := os.Mkdir(gen, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(gen, name+".yaml"), []byte(content), 0o644); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	tmp := filepath.Join(e.dir, "..data_tmp")
-	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(e.dir, "..data")); err != nil {
-		e.t.Fatal(err)
-	}
-	for name := range files {
-		link := e.path(name)
-		if _, err := os.Lstat(link); err == nil {
-			continue
-		}
-		if err := os.Symlink(filepath.Join("..data", name+".yaml"), link); err != nil {
-			e.t.Fatal(err)
-		}
-	}
 }

@@ -13,6 +13,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
 )
@@ -113,25 +114,10 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 func (e *env) path(name string) string { return filepath.Join(e.dir, name+".yaml") }
 
 // write rewrites name.yaml in place (same inode).
-func (e *env) write(name, content string) {
-	e.t.Helper()
-	if err := os.WriteFile(e.path(name), []byte(content), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *env) write(name, content string) { testkit.WriteFile(e.t, e.path(name), content, 0o600) }
 
-// replace writes content to a temporary file and renames it over
-// name.yaml, as editors and config management do: a new inode.
-func (e *env) replace(name, content string) {
-	e.t.Helper()
-	tmp := filepath.Join(e.dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, e.path(name)); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// replace renames a new name.yaml over the old one: a new inode.
+func (e *env) replace(name, content string) { testkit.ReplaceFile(e.t, e.path(name), content, 0o600) }
 
 // get returns a connection that must load, with a probe attached, as a
 // call that has ended: its reference is given back, so only the store

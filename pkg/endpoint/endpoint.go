@@ -138,41 +138,15 @@ func parseHostPort(s, hostPort string, forms Form) (Endpoint, error) {
 	return Endpoint{Scheme: TCP, Address: hostPort}, nil
 }
 
-// schemes names the URL schemes and bare forms of forms, for "only … are
-// supported".
+// schemes names the ways of writing forms, for "only … are supported".
 func schemes(forms Form) string {
-	var out []string
-	if forms&UnixURL != 0 {
-		out = append(out, "unix://")
-	}
-	if forms&Path != 0 {
-		out = append(out, "/path")
-	}
-	if forms&TCPURL != 0 {
-		out = append(out, "tcp://")
-	}
-	if forms&HostPort != 0 {
-		out = append(out, "host:port")
-	}
-	return join(out, "and")
+	return join(names(forms, "unix://", "/path", "tcp://", "host:port"), "and")
 }
 
 // describe is what s is not, for an endpoint that matches no form: "neither
 // unix:///path nor host:port".
 func describe(forms Form) string {
-	var out []string
-	if forms&UnixURL != 0 {
-		out = append(out, "unix:///path")
-	}
-	if forms&Path != 0 {
-		out = append(out, "/path")
-	}
-	if forms&TCPURL != 0 {
-		out = append(out, "tcp://host:port")
-	}
-	if forms&HostPort != 0 {
-		out = append(out, "host:port")
-	}
+	out := names(forms, "unix:///path", "/path", "tcp://host:port", "host:port")
 	switch len(out) {
 	case 1:
 		return "not " + out[0]
@@ -180,6 +154,21 @@ func describe(forms Form) string {
 		return "neither " + out[0] + " nor " + out[1]
 	}
 	return "none of " + join(out, "or")
+}
+
+// names picks, in order, the name of each of UnixURL, Path, TCPURL and
+// HostPort that forms holds.
+func names(forms Form, unixURL, path, tcpURL, hostPort string) []string {
+	var out []string
+	for _, f := range []struct {
+		form Form
+		name string
+	}{{UnixURL, unixURL}, {Path, path}, {TCPURL, tcpURL}, {HostPort, hostPort}} {
+		if forms&f.form != 0 {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
 
 // join lists words: "a", "a and b", "a, b and c".

@@ -13,11 +13,10 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // trackedProxy serves a proxy driver with auto capabilities on a unix
@@ -32,42 +31,24 @@ type trackedProxy struct {
 func startTrackedProxy(t *testing.T) *trackedProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
-	log := jsonLogger(t, logs, "debug")
-	folder := t.TempDir()
-	pool := upstream.NewPool(log)
-	t.Cleanup(pool.Close)
-	store := connection.NewStore(connection.Options{Folder: folder, Topology: testTopology, Log: log})
-	registry := backend.New(backend.Options{Catalogue: store, Pool: pool, Log: log})
 	policy, err := pcsi.NewPolicy(config.Capabilities{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	accepted := &pcsi.ConnTracker{}
-	d, err := pcsi.New(pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1", Connections: registry, Topology: testTopology, Log: log,
-		Policy: &policy, CapabilityTimeout: 2 * time.Second, Accepted: accepted,
+	tp := testproxy.Start(t, testproxy.Config{
+		Log:       jsonLogger(t, logs, "debug"),
+		Catalogue: func(o *connection.Options) { o.Topology = testTopology },
+		Driver: func(o *pcsi.Options) {
+			o.Topology, o.Policy, o.CapabilityTimeout, o.Accepted = testTopology, &policy, 2*time.Second, accepted
+		},
+		Listener: accepted.Listener,
+		NotReady: true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(shortTempDir(t), "proxy.sock")
-	lis, err := pcsi.Listen("unix://" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := pcsi.NewServer(d, log)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(accepted.Listener(lis)) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
-	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
 	return &trackedProxy{
-		testProxy: &testProxy{Driver: d, Folder: folder, Pool: pool, Endpoint: "unix://" + path, Logs: logs,
-			Identity: csi.NewIdentityClient(cc), Controller: csi.NewControllerClient(cc), Node: csi.NewNodeClient(cc)},
-		Accepted: accepted, Client: cc,
+		testProxy: &testProxy{Driver: tp.Driver, Folder: tp.Folder, Pool: tp.Pool, Store: tp.Store, Registry: tp.Registry, Endpoint: tp.Endpoint, Logs: logs,
+			Identity: csi.NewIdentityClient(tp.Conn), Controller: csi.NewControllerClient(tp.Conn), Node: csi.NewNodeClient(tp.Conn)},
+		Accepted: accepted, Client: tp.Conn,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -77,47 +78,30 @@ func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
 func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
-	log := jsonLogger(t, logs, "debug")
-	folder := t.TempDir()
-
-	pool := upstream.NewPool(log)
-	t.Cleanup(pool.Close)
-	so := connection.Options{
-		// Re-read on every call so a test can add or remove files.
-		Folder: folder, CacheTimeout: 0, Topology: testTopology, Log: log,
-	}
-	if storeOpt != nil {
-		storeOpt(&so)
-	}
-	store := connection.NewStore(so)
-	o := pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1",
-		Topology: testTopology, Log: log, RollbackTimeout: 5 * time.Second,
-	}
-	for _, f := range opts {
-		f(&o)
-	}
-	registry := backend.New(backend.Options{
-		Catalogue: store, Pool: pool, Guard: o.SelfGuard,
-		NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test", Log: log,
+	tp := testproxy.Start(t, testproxy.Config{
+		Log: jsonLogger(t, logs, "debug"),
+		Catalogue: func(o *connection.Options) {
+			// Re-read on every call so a test can add or remove files.
+			o.CacheTimeout, o.Topology = 0, testTopology
+			if storeOpt != nil {
+				storeOpt(o)
+			}
+		},
+		Driver: func(o *pcsi.Options) {
+			o.Topology, o.RollbackTimeout = testTopology, 5*time.Second
+			for _, f := range opts {
+				f(o)
+			}
+		},
 	})
-	o.Connections = registry
-	d, err := pcsi.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.SetReady(true)
-
-	path := filepath.Join(shortTempDir(t), "proxy.sock")
-	conn := serveGRPC(t, path, pcsi.NewServer(d, log))
 	t.Cleanup(func() {
 		if s := logs.String(); strings.Contains(s, secretMarker) {
 			t.Errorf("log contains a secret value:\n%s", s)
 		}
 	})
 	return &testProxy{
-		Driver: d, Folder: folder, Pool: pool, Store: store, Registry: registry, Endpoint: "unix://" + path, Logs: logs,
-		Identity: csi.NewIdentityClient(conn), Controller: csi.NewControllerClient(conn), Node: csi.NewNodeClient(conn),
+		Driver: tp.Driver, Folder: tp.Folder, Pool: tp.Pool, Store: tp.Store, Registry: tp.Registry, Endpoint: tp.Endpoint, Logs: logs,
+		Identity: csi.NewIdentityClient(tp.Conn), Controller: csi.NewControllerClient(tp.Conn), Node: csi.NewNodeClient(tp.Conn),
 	}
 }
 

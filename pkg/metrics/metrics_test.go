@@ -16,20 +16,17 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
-	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/metrics"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
-	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 var topology = accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster}
@@ -56,62 +53,26 @@ func startProxy(t *testing.T, cacheTimeout time.Duration, storeOpts ...func(*con
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	folder := t.TempDir()
-
-	pool := upstream.NewPool(log)
-	t.Cleanup(pool.Close)
-	pool.SetObserver(m.UpstreamObserver(pcsi.ConnectionFromContext))
-	so := connection.Options{
-		Folder: folder, CacheTimeout: cacheTimeout, Topology: topology, Log: log, OnLoad: m.ConnectionLoaded,
-	}
-	for _, o := range storeOpts {
-		o(&so)
-	}
-	store := connection.NewStore(so)
-	m.WatchCache(store.Cached)
-	m.WatchConnections(store.List)
-	d, err := pcsi.New(pcsi.Options{
-		Name: "proxy.example.com", Version: "v-test", NodeID: "node-1",
-		Connections: backend.New(backend.Options{
-			Catalogue: store, Pool: pool, NodeID: "node-1", DriverName: "proxy.example.com", Version: "v-test", Log: log,
-		}),
-		Topology: topology, Log: log,
+	tp := testproxy.Start(t, testproxy.Config{
+		Log: log,
+		Catalogue: func(o *connection.Options) {
+			o.CacheTimeout, o.Topology, o.OnLoad = cacheTimeout, topology, m.ConnectionLoaded
+			for _, edit := range storeOpts {
+				edit(o)
+			}
+		},
+		Observers: []pcsi.Observer{m},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ready error = errors.New("starting")
-	var readyMu sync.Mutex
-	readyFn := func() error { readyMu.Lock(); defer readyMu.Unlock(); return ready }
-	m.WatchReady(readyFn)
-
-	dir, err := os.MkdirTemp("", "pm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	lis, err := pcsi.Listen("unix://" + filepath.Join(dir, "csi.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := pcsi.NewServer(d, log, m)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	d.SetReady(true)
-	readyMu.Lock()
-	ready = nil
-	readyMu.Unlock()
-
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "csi.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	hs := httptest.NewServer(m.Handler(readyFn))
+	tp.Pool.SetObserver(m.UpstreamObserver(pcsi.ConnectionFromContext))
+	m.WatchCache(tp.Store.Cached)
+	m.WatchConnections(tp.Store.List)
+	ready := func() error { return nil } // the proxy serves from the start
+	m.WatchReady(ready)
+	hs := httptest.NewServer(m.Handler(ready))
 	t.Cleanup(hs.Close)
 	return &proxy{
-		folder: folder, m: m, scrape: hs, store: store,
-		controller: csi.NewControllerClient(conn), identity: csi.NewIdentityClient(conn),
+		folder: tp.Folder, m: m, scrape: hs, store: tp.Store,
+		controller: csi.NewControllerClient(tp.Conn), identity: csi.NewIdentityClient(tp.Conn),
 	}
 }
 

@@ -80,7 +80,7 @@ func (p Placement) Offers(c *connection.Connection) string {
 // ChooseMember is the member of group g a CreateVolume without a content
 // source goes to: accessible.Choose over the members in order, each
 // admitting a term as Admits says. member(i) finds member i
-// (connection.Store.Member for the server, connection.InspectMember for
+// (backend.Registry.Member for the server, connection.InspectMember for
 // the dry run); it is asked once per member, only for the members the
 // choice needs, and its error is mapped to a status as Get's are. The
 // answer is the chosen member (as member returned it) and why it was

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,22 +18,12 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
-// Two connection files of the same size that differ only in the endpoint,
-// so a rewrite from one to the other changes neither size nor (after
-// os.Chtimes) mtime.
+// Two connection files, one per upstream socket (nothing listens on
+// them: a client is made without dialling).
 const (
 	connA = "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n"
 	connB = "driver: csi\ncsi:\n  endpoint: unix:///csi/b.sock\n"
 )
-
-func init() {
-	if len(connA) != len(connB) {
-		panic("connA and connB must have the same size")
-	}
-}
-
-// syncBuffer is a log sink safe for concurrent Get calls.
-type syncBuffer = syncbuf.Buffer
 
 // env is one registry over a catalogue of a private folder, with its own
 // pool and clock.
@@ -44,15 +34,8 @@ type env struct {
 	reg   *Registry
 	pool  *upstream.Pool
 	clock *testingclock.FakeClock // Options.Now under the test's control
-	log   *syncBuffer
-	loads []loadEvent // OnLoad calls, in order
-	mu    sync.Mutex
-}
-
-type loadEvent struct {
-	name   string
-	reload bool
-	failed bool
+	log   *syncbuf.Buffer
+	loads atomic.Int64 // the catalogue's loads (OnLoad calls)
 }
 
 func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
@@ -61,7 +44,7 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 		t:     t,
 		dir:   t.TempDir(),
 		clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
-		log:   &syncBuffer{},
+		log:   &syncbuf.Buffer{},
 	}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.pool = upstream.NewPool(log)
@@ -72,11 +55,7 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 		Topology:     accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster},
 		Log:          log,
 		Now:          e.clock.Now,
-		OnLoad: func(name string, reload bool, err error) {
-			e.mu.Lock()
-			e.loads = append(e.loads, loadEvent{name, reload, err != nil})
-			e.mu.Unlock()
-		},
+		OnLoad:       func(string, bool, error) { e.loads.Add(1) },
 	})
 	e.reg = New(Options{
 		Catalogue:  e.store,
@@ -113,8 +92,4 @@ func (e *env) get(name string) *Conn {
 	return c
 }
 
-func (e *env) loadCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.loads)
-}
+func (e *env) loadCount() int { return int(e.loads.Load()) }

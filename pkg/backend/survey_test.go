@@ -129,8 +129,6 @@ func TestSurveyErrors(t *testing.T) {
 			t.Errorf("Look(%q) = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.store.Cached() != 0 {
 		t.Errorf("%d cache entries after failed looks, want 0", e.store.Cached())
 	}

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
-	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
@@ -59,6 +59,7 @@ func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeo
 	// The proxy's own marker, if it is serving on ownEndpoint: an
 	// upstream that routes back to it names it.
 	guard := backend.NewSelfGuardAs(ownInstance(pool, ownEndpoint, timeout), ownEndpoint)
+	reg := backend.New(backend.Options{Pool: pool, NodeID: "check", DriverName: "check", Log: log})
 	var ups []pcsi.UpstreamCaps
 	var unconfirmed []string
 	asked := 0
@@ -77,7 +78,7 @@ func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeo
 			continue // reported per file; a group has no upstream of its own
 		}
 		asked++
-		caps, why, err := askConnection(pool, guard, name, path, c, timeout)
+		caps, why, err := askConnection(reg, guard, name, path, c, timeout)
 		switch {
 		case why != "":
 			out.refused[path] = why
@@ -113,53 +114,37 @@ func ownInstance(pool *upstream.Pool, endpoint string, timeout time.Duration) st
 	return resp.GetManifest()[backend.ManifestInstance]
 }
 
-// askConnection asks one connection's upstream; why is set when it routes
-// back to the proxy.
-func askConnection(pool *upstream.Pool, guard *backend.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
+// askConnection asks one connection's upstream, with clients the registry
+// builds; why is set when it routes back to the proxy. A built-in
+// local-hostpath connection gets a driver with its settings on an empty
+// temporary base path.
+func askConnection(reg *backend.Registry, guard *backend.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	conn := &backend.Conn{Connection: &connection.Connection{Name: name, File: path, Config: c}}
-	var leases []*upstream.Lease
-	defer func() {
-		for _, l := range leases {
-			l.Release()
-		}
-	}()
-	take := func(l *upstream.Lease, err error) (*upstream.Client, error) {
-		if err != nil {
-			return nil, err
-		}
-		leases = append(leases, l)
-		return l.Client(), nil
-	}
-	switch c.Driver {
-	case config.DriverCSI:
-		if conn.Controller, err = take(pool.CSI(ctx, name, c.CSI.Endpoint)); err != nil {
-			return caps, "", err
-		}
-		conn.Node = conn.Controller
-		if ep := c.CSI.NodeSideEndpoint(); ep != c.CSI.Endpoint {
-			if conn.Node, err = take(pool.CSI(ctx, name, ep)); err != nil {
-				return caps, "", err
-			}
-		}
-		if err := guard.Check(ctx, conn); err != nil {
-			return caps, err.Error(), nil
-		}
-	case config.DriverLocalHostpath:
+	if c.Driver == config.DriverLocalHostpath {
 		dir, err := os.MkdirTemp("", "pt-check-")
 		if err != nil {
 			return caps, "", err
 		}
 		defer os.RemoveAll(dir)
-		if conn.Controller, err = take(pool.Local(ctx, name, hostpath.Options{
-			DriverName: "check", NodeID: "check", BasePath: dir,
-			Stage: c.LocalHostpath.Stage, ControllerPublish: c.LocalHostpath.ControllerPublish,
-			Shared: len(c.Proxy.PerDriver.Topology) > 0, Logger: slog.New(slog.DiscardHandler),
-		})); err != nil {
-			return caps, "", err
+		local := *c
+		local.LocalHostpath.ShareBasePath = dir
+		c = &local
+	}
+	conn, err := reg.Build(ctx, &connection.Connection{Name: name, File: path, Config: c})
+	if err != nil {
+		// Reported by its code, as a failed call is.
+		code := codes.FailedPrecondition
+		if errors.Is(err, connection.ErrUnavailable) {
+			code = codes.Unavailable
 		}
-		conn.Node = conn.Controller
+		return caps, "", fmt.Errorf("clients: %w", status.Error(code, err.Error()))
+	}
+	defer conn.Close()
+	if c.Driver == config.DriverCSI {
+		if err := guard.Check(ctx, conn); err != nil {
+			return caps, err.Error(), nil
+		}
 	}
 	caps, err = pcsi.AskClients(ctx, conn.Controller, conn.Node)
 	return caps, "", err

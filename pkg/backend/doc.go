@@ -16,7 +16,8 @@
 //   - registry.go: Registry, Conn, Get and Member; the build of a
 //     connection's clients, bounded by Options.BuildTimeout (a built-in
 //     driver's base path may sit on a hung mount: ErrUnavailable, never
-//     cached, the next call tries again).
+//     cached, the next call tries again); Build, the same clients for a
+//     caller that keeps them to itself (the check command).
 //   - selfroute.go: the loop guard (SelfGuard). A driver: csi connection
 //     that routes back to this proxy is refused when its clients are
 //     built, and again whenever a re-check (the capability refresh) finds

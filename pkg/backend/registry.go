@@ -155,6 +155,14 @@ func (r *Registry) bind(ctx context.Context, c *connection.Connection) (*Conn, e
 	return a, a.refused
 }
 
+// Build makes the clients of c for a caller that keeps them to itself
+// (the check command, which asks each connection's upstream once): nothing
+// is cached, attached or checked by the loop guard. Close the Conn to
+// release the clients.
+func (r *Registry) Build(ctx context.Context, c *connection.Connection) (*Conn, error) {
+	return r.build(ctx, c, nil)
+}
+
 // build makes the clients of c. With a survey they are leased for the
 // survey (which holds one lease per client) rather than for the Conn, and
 // nothing is logged.

@@ -9,6 +9,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
@@ -117,4 +118,23 @@ func TestGetUpstreamFailure(t *testing.T) {
 	if !errors.Is(err, connection.ErrBroken) || !strings.Contains(err.Error(), "upstream pool is shut down") {
 		t.Errorf("Get = %v, want ErrBroken naming the pool", err)
 	}
+}
+
+// TestBuildKeepsNothing: Build (the check command's) makes a connection's
+// clients for its caller alone: the catalogue caches nothing, the
+// connection gets no attachment, and Close releases the clients.
+func TestBuildKeepsNothing(t *testing.T) {
+	e := newEnv(t, -1)
+	c := &connection.Connection{Name: "nfs", File: "nfs.yaml", Config: &config.Connection{Driver: config.DriverCSI, CSI: config.CSIUpstream{Endpoint: "unix:///csi/a.sock"}}}
+	b, err := e.reg.Build(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Controller == nil || b.Node != b.Controller || c.Attachment() != nil || e.store.Cached() != 0 {
+		t.Errorf("Build: controller %v, node %v, attachment %v, %d cached; want one client, no attachment, nothing cached",
+			b.Controller, b.Node, c.Attachment(), e.store.Cached())
+	}
+	e.wantTargets("after Build", "unix:///csi/a.sock")
+	b.Close()
+	e.wantTargets("after Close")
 }

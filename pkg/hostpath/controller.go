@@ -334,15 +334,10 @@ func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string,
 		d.undoCreate(kind, id, dest, "")
 		return internalError(err, "write record of %s %s", kind, id)
 	}
-	// The new directory's inode is committed with its entry in the
-	// parent: fsync of a directory on ext4 and XFS commits the journal up
-	// to its last change, which includes the mkdir. Where one commit
-	// covers both renames (ext4 with a journal, commitplan.go) the record
-	// file's fsync alone does it (docs/reliability.md §10).
-	dirs := []string{filepath.Dir(dest), s.metaDir(recKind)}
-	if s.plan.recordOnly {
-		dirs = nil
-	}
+	// fsync of the record file, of the new data directory and of both
+	// parents is what makes a new entry durable on any file system that
+	// implements fsync as POSIX describes it (docs/reliability.md §10).
+	dirs := []string{dest, filepath.Dir(dest), s.metaDir(recKind)}
 	if err := s.sync.commit([]*os.File{f}, dirs...); err != nil {
 		d.undoCreate(kind, id, dest, s.recordPath(recKind, id))
 		return internalError(err, "sync %s %s", kind, id)

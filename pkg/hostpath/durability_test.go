@@ -59,12 +59,9 @@ func indexPrefix(events []string, p string) int {
 	return slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, p) })
 }
 
-// tracedDriver returns a driver whose syncs are traced, on the general
-// commit plan (a create syncs its record and both parents) whatever file
-// system the test runs on; a test that wants the other sets d.store.plan.
+// tracedDriver returns a driver whose syncs are traced.
 func tracedDriver(t *testing.T) (*Driver, *recorder) {
 	d := newTestDriver(t, Options{})
-	d.store.plan = commitPlan{why: "test: the general path"}
 	r := &recorder{}
 	d.store.sync.trace = r.trace
 	return d, r
@@ -84,53 +81,39 @@ func createVol(t *testing.T, d *Driver, name string, params map[string]string) *
 	return resp.GetVolume()
 }
 
-// A create renames the data into place before the record, and syncs the
-// record file and both parents after the renames and before it returns:
-// 3 fsyncs. Where one journal commit covers both renames (ext4 with a
-// journal, commitplan.go) it syncs the record file alone, after both
-// renames: 1 fsync. The plan is pinned here; which one a base path gets is
-// TestDecideCommitPlan's, and that the one fsync suffices is
-// TestRecordFsyncSurvivesPowerLossOnExt4's.
+// A create renames the data into place before the record, and after both
+// renames, before it returns, syncs the record file, the new data
+// directory and both parents: 4 fsyncs.
 func TestCreateVolumeSyncOrder(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		recordOnly bool
-		fsyncs     int
-	}{
-		{"general", false, 3},
-		{"ext4 journal", true, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, r := tracedDriver(t)
-			d.store.plan = commitPlan{recordOnly: tc.recordOnly, why: "test"}
-			vol := createVol(t, d, "order", map[string]string{"k": "v"})
-			ev := r.take()
-			id := vol.GetVolumeId()
-			data := d.store.volumePath(id)
-			record := d.store.recordPath("volumes", id)
-			renData, renRec := index(ev, "rename "+data), index(ev, "rename "+record)
-			if renData < 0 || renRec < 0 || renData > renRec {
-				t.Fatalf("want the data renamed into place before the record; events:\n%s", strings.Join(ev, "\n"))
-			}
-			want := []string{"fsync " + filepath.Join(d.store.metaDir("volumes"), "."+id+".json.")} // the record file (its temporary name)
-			if !tc.recordOnly {
-				want = append(want, "fsync "+d.store.volumesDir(), "fsync "+d.store.metaDir("volumes"))
-			}
-			for _, w := range want {
-				i := indexPrefix(ev, w)
-				if i < 0 || i < renRec {
-					t.Errorf("want %q after the record's rename (at %d), got index %d; events:\n%s", w, renRec, i, strings.Join(ev, "\n"))
-				}
-			}
-			if n := len(slices.DeleteFunc(slices.Clone(ev), func(e string) bool { return !strings.HasPrefix(e, "fsync ") })); n != tc.fsyncs {
-				t.Errorf("want %d fsyncs for one create, got %d:\n%s", tc.fsyncs, n, strings.Join(ev, "\n"))
-			}
-			// The record is complete on disk, parameters included.
-			rec, err := d.store.readVolume(id)
-			if err != nil || rec.Parameters["k"] != "v" || rec.CapacityBytes != 5<<20 {
-				t.Errorf("record = %+v, %v", rec, err)
-			}
-		})
+	d, r := tracedDriver(t)
+	vol := createVol(t, d, "order", map[string]string{"k": "v"})
+	ev := r.take()
+	id := vol.GetVolumeId()
+	data := d.store.volumePath(id)
+	record := d.store.recordPath("volumes", id)
+	renData, renRec := index(ev, "rename "+data), index(ev, "rename "+record)
+	if renData < 0 || renRec < 0 || renData > renRec {
+		t.Fatalf("want the data renamed into place before the record; events:\n%s", strings.Join(ev, "\n"))
+	}
+	want := []string{
+		"fsync " + filepath.Join(d.store.metaDir("volumes"), "."+id+".json."), // the record file (its temporary name)
+		"fsync " + data,
+		"fsync " + d.store.volumesDir(),
+		"fsync " + d.store.metaDir("volumes"),
+	}
+	for _, w := range want {
+		i := indexPrefix(ev, w)
+		if i < 0 || i < renRec {
+			t.Errorf("want %q after the record's rename (at %d), got index %d; events:\n%s", w, renRec, i, strings.Join(ev, "\n"))
+		}
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(ev), func(e string) bool { return !strings.HasPrefix(e, "fsync ") })); n != len(want) {
+		t.Errorf("want %d fsyncs for one create, got %d:\n%s", len(want), n, strings.Join(ev, "\n"))
+	}
+	// The record is complete on disk, parameters included.
+	rec, err := d.store.readVolume(id)
+	if err != nil || rec.Parameters["k"] != "v" || rec.CapacityBytes != 5<<20 {
+		t.Errorf("record = %+v, %v", rec, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package hostpath
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,9 +88,6 @@ type store struct {
 	// sync runs the group commits (sync.go); its trace, when set, sees
 	// every rename, fsync and syncfs (the durability tests).
 	sync groupSync
-	// plan says whether a create's record fsync alone makes its renames
-	// durable (commitplan.go), probed once at open.
-	plan commitPlan
 }
 
 func openStore(base string, log *slog.Logger) (*store, error) {
@@ -112,30 +107,7 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 		return nil, err
 	}
 	s.recover(others == 0, dead > 0)
-	s.plan = probeCommitPlan(base)
-	s.logPlan()
 	return s, nil
-}
-
-// plansLogged holds the base path and plan (why) of every commit plan this
-// process has logged at info. A driver is opened again for the same base
-// path often (the proxy's capability refresh looks at an unused
-// connection once a minute), so a plan already told is logged at debug.
-var plansLogged sync.Map
-
-// logPlan logs how a create is made durable on this base path: at info the
-// first time this process decides it (or decides it differently), at
-// debug after.
-func (s *store) logPlan() {
-	level := slog.LevelInfo
-	if _, told := plansLogged.LoadOrStore(s.base+"\x00"+s.plan.why, struct{}{}); told {
-		level = slog.LevelDebug
-	}
-	msg := "a create syncs its record file and both parent directories"
-	if s.plan.recordOnly {
-		msg = "a create syncs its record file only: one journal commit covers its renames"
-	}
-	s.log.Log(context.Background(), level, msg, "because", s.plan.why)
 }
 
 func (s *store) volumesDir() string          { return filepath.Join(s.base, "volumes") }

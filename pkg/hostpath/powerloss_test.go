@@ -1,7 +1,6 @@
 package hostpath
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,57 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 )
-
-// superblock returns 1024 bytes of an ext4 superblock with the given
-// compat features.
-func superblock(compat uint32) []byte {
-	sb := make([]byte, 1024)
-	binary.LittleEndian.PutUint16(sb[ext4MagicOffset:], ext4Magic)
-	binary.LittleEndian.PutUint32(sb[ext4CompatOffset:], compat)
-	return sb
-}
-
-// The record file's fsync alone is trusted only on ext4 with a journal,
-// ordered or journalled data and no fast commits, all of it read, never
-// assumed: anything else, or anything unreadable, keeps the general path.
-func TestDecideCommitPlan(t *testing.T) {
-	const (
-		journalled = "rw\ndelalloc\njournal_checksum\nbarrier\ndata=ordered\ncommit=5\n"
-		noJournal  = "rw\ndelalloc\nnojournal_checksum\nbarrier\ncommit=5\n" // this VM's root: no data= without a journal
-	)
-	for _, tc := range []struct {
-		name    string
-		magic   int64
-		options string
-		sb      []byte
-		sbErr   error
-		want    bool
-		why     string
-	}{
-		{"ext4 journal ordered", unix.EXT4_SUPER_MAGIC, journalled, superblock(0x3c), nil, true, "ext4 on vdb with a journal, data=ordered, no fast_commit"},
-		{"ext4 data=journal", unix.EXT4_SUPER_MAGIC, "rw,data=journal", superblock(ext4CompatHasJournal), nil, true, "data=journal"},
-		{"xfs", unix.XFS_SUPER_MAGIC, "", nil, nil, false, "not ext4 (file system magic 0x58465342)"},
-		{"tmpfs", unix.TMPFS_MAGIC, "", nil, nil, false, "not ext4"},
-		{"ext4 without a journal", unix.EXT4_SUPER_MAGIC, noJournal, superblock(0x38), nil, false, "without a journal"},
-		{"data=writeback", unix.EXT4_SUPER_MAGIC, "rw\ndata=writeback\n", superblock(0x3c), nil, false, "data=writeback"},
-		{"fast_commit", unix.EXT4_SUPER_MAGIC, journalled, superblock(0x3c | ext4CompatFastCommit), nil, false, "with fast_commit"},
-		{"superblock says no journal", unix.EXT4_SUPER_MAGIC, journalled, superblock(0x38), nil, false, "superblock has no journal"},
-		{"superblock unreadable", unix.EXT4_SUPER_MAGIC, journalled, nil, errors.New("open /dev/vdb: operation not permitted"), false, "superblock unreadable (fast_commit unknown): open /dev/vdb: operation not permitted"},
-		{"not a superblock", unix.EXT4_SUPER_MAGIC, journalled, make([]byte, 1024), nil, false, "holds no ext4 superblock"},
-		{"short superblock", unix.EXT4_SUPER_MAGIC, journalled, make([]byte, 16), nil, false, "holds no ext4 superblock"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := decideCommitPlan(tc.magic, "vdb", tc.options, tc.sb, tc.sbErr)
-			if got.recordOnly != tc.want || !strings.Contains(got.why, tc.why) {
-				t.Errorf("decideCommitPlan = %+v, want recordOnly %v and a reason containing %q", got, tc.want, tc.why)
-			}
-		})
-	}
-}
 
 // A real power loss on ext4 with a journal, emulated: the file system lives
 // on a loop device over an image file, so what its fsyncs (and nothing
@@ -72,10 +22,10 @@ func TestDecideCommitPlan(t *testing.T) {
 // leaves (the journal commit interval is set to 5 minutes, so no
 // background commit writes anything meanwhile). Mounted, the copy replays
 // its journal and must hold every acknowledged volume (data directory and
-// record) although each create synced its record file only, and must not
-// hold a directory made after the creates without a sync (the control: the
-// copy is not simply everything the page cache held).
-func TestRecordFsyncSurvivesPowerLossOnExt4(t *testing.T) {
+// record), and must not hold a directory made after the creates without a
+// sync (the control: the copy is not simply everything the page cache
+// held).
+func TestCreateSurvivesPowerLossOnExt4(t *testing.T) {
 	testbin.RequireRoot(t, "the test mounts ext4 images on loop devices")
 	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -100,10 +50,6 @@ func TestRecordFsyncSurvivesPowerLossOnExt4(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() }) // before the unmount: it holds a lock file
-	if !d.store.plan.recordOnly {
-		t.Fatalf("the probe of a fresh journalled ext4 chose the general path (%s)", d.store.plan.why)
-	}
-	t.Logf("plan: %s", d.store.plan.why)
 
 	// 16 concurrent creates share group commits, then 8 one at a time.
 	type created struct{ id, name string }

@@ -239,12 +239,16 @@ func setup(o *options) (root, dir, bin string, cleanup func(), err error) {
 		}
 	}
 	// The forwarders are binaries of their own (bench/serve says why); the
-	// real-work section alone (-only realwork) does not run them.
+	// real-work section needs the typed one only.
+	kinds := []string{"typed", "raw"}
 	if len(o.only) > 0 {
-		return root, dir, bin, cleanup, nil
+		if !o.runs("realwork") {
+			return root, dir, bin, cleanup, nil
+		}
+		kinds = kinds[:1]
 	}
-	fmt.Println("building the typed and raw forwarders ...")
-	for _, kind := range []string{"typed", "raw"} {
+	fmt.Println("building the forwarders:", strings.Join(kinds, ", "), "...")
+	for _, kind := range kinds {
 		if err := build(forwarderBin(dir, kind), "./bench/cmd/"+kind+"forwarder"); err != nil {
 			cleanup()
 			return "", "", "", nil, err

@@ -197,15 +197,15 @@ func TestStatusKiB(t *testing.T) {
 // and do not fail the run; the proxy over the built-in driver is reported.
 func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 	rw := &RealWork{SkipReason: "no democratic-csi checkout given", RSSKiB: map[string]int64{"builtin-proxy": 30000}}
-	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy"} {
+	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy", "csi-typed"} {
 		for _, c := range []int{1, 16} {
 			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})
 		}
 	}
 	skipped := 0
 	goals, reports := realWorkTargets(rw)
-	if len(reports) != 1 || reports[0].Value != 1 {
-		t.Errorf("reported = %+v, want the proxy over the built-in driver, 1.0", reports)
+	if len(reports) != 2 || reports[0].Value != 1 || reports[1].Value != 1 {
+		t.Errorf("reported = %+v, want the proxy over the typed forwarder and over the built-in driver, 1.0 each", reports)
 	}
 	for _, tg := range goals {
 		line := tg.Line()
@@ -225,11 +225,48 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 	}
 }
 
+// With democratic-csi the proxy in front of it is held to the typed
+// forwarder in front of it in the same rounds (0.9 passes, 0.89 misses),
+// not to democratic-csi served directly, whose ratio is reported beside it.
+func TestRealWorkProxyHeldToTypedFloor(t *testing.T) {
+	for _, tc := range []struct {
+		proxy float64
+		ok    bool
+	}{{900, true}, {890, false}} {
+		rw := &RealWork{FS: "ext4", Peer: "dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
+		for path, tput := range map[string]float64{"builtin-proxy": 4000, "builtin-direct": 4000, "csi-proxy": tc.proxy, "csi-typed": 1000, "dcsi-direct": 2000, "dcsi-proxy": 1900} {
+			for _, c := range []int{1, 16} {
+				rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1e6 / tput, Throughput: tput}})
+			}
+		}
+		goals, reports := realWorkTargets(rw)
+		var floor *Target
+		for i := range goals {
+			if goals[i].Name == "realwork_c16_pairs_per_s_proxy_csi_over_typed" {
+				floor = &goals[i]
+			}
+		}
+		if floor == nil || floor.Skipped != "" || math.Abs(floor.Value-tc.proxy/1000) > 1e-9 || floor.OK != tc.ok {
+			t.Errorf("csi-proxy %v pairs/s against csi-typed 1000: target %+v, want %.2f ok %v", tc.proxy, floor, tc.proxy/1000, tc.ok)
+		}
+		want := map[string]float64{"realwork_c16_pairs_per_s_proxy_csi_over_dcsi_direct": tc.proxy / 2000, "realwork_c16_pairs_per_s_typed_over_dcsi_direct": 0.5}
+		for _, r := range reports {
+			if w, ok := want[r.Name]; !ok || math.Abs(r.Value-w) > 1e-9 {
+				t.Errorf("reported %s = %v, want %v (known: %v)", r.Name, r.Value, w, ok)
+			}
+			delete(want, r.Name)
+		}
+		if len(want) > 0 {
+			t.Errorf("not reported: %v", want)
+		}
+	}
+}
+
 // On tmpfs the goals compare no disk work: every peer target says skipped
 // with that reason, even with the peer's rows present, and only the error
 // count keeps its verdict.
 func TestRealWorkTargetsOnTmpfs(t *testing.T) {
-	rw := &RealWork{FS: "tmpfs", Peer: "/work/dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
+	rw := &RealWork{FS: "tmpfs", Peer: "/opt/dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
 	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy", "dcsi-direct", "dcsi-proxy"} {
 		for _, c := range []int{1, 16} {
 			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})

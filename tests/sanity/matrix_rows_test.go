@@ -36,7 +36,7 @@ type matrixRow struct {
 	// with why. The direct run must fail exactly these.
 	upstreamFails []SkipSpec
 	// proxyDeviations are specs that fail through the proxy, not directly,
-	// because SPEC.md requires the proxy to refuse what the driver does;
+	// because docs/spec.md requires the proxy to refuse what the driver does;
 	// message is a part of the failure message that shows the refusal.
 	// An entry that does not fail so fails the row.
 	proxyDeviations []deviation

@@ -24,7 +24,7 @@ import (
 // once directly and once through a `proxy-topology serve` process with a
 // driver: csi connection to it, with the same skips. The proxy must add no
 // failure: every spec that fails through the proxy fails directly too, or
-// is a deviation SPEC.md requires (listed per row, with the message that
+// is a deviation docs/spec.md requires (listed per row, with the message that
 // shows it). The table goes to the test log and to $SANITY_REPORT.
 //
 // The proxy runs with its defaults (proxy.capabilities auto, no
@@ -92,7 +92,7 @@ func TestSanityMatrix(t *testing.T) {
 	}
 	tw.Flush()
 	head := fmt.Sprintf("sanity conformance matrix (csi-sanity %s; p/f/s = passed/failed/skipped specs; failing through "+
-		"the proxy, not directly: added by the proxy (fails the test), by design (SPEC.md); passing directly, skipped "+
+		"the proxy, not directly: added by the proxy (fails the test), by design (docs/spec.md); passing directly, skipped "+
 		"through the proxy: skipped by design (declared in the row; any other fails the test)):", csiTestVersion)
 	t.Log(head + "\n" + table.String())
 	summary(t, head+"\n"+strings.TrimRight(table.String(), "\n"))

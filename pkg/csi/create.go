@@ -35,11 +35,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 }
 
 // prepareCreate routes the request, decides its topology and builds the
-// upstream's request. It and finishCreate are functions of their own, so
-// that CreateVolume's frame, which stays on the stack for the whole
-// upstream call, is small (see interceptors).
-//
-//go:noinline
+// upstream's request.
 func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest) (*backend.Conn, accessible.Decision, *csi.CreateVolumeRequest, error) {
 	c, err := d.connectionFromParameters(ctx, req.GetParameters())
 	if err != nil {
@@ -72,8 +68,6 @@ func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest
 // finishCreate checks the upstream's volume and makes it the proxy's: its
 // ID wrapped, its topology the decision's. A volume it cannot hand back is
 // deleted upstream.
-//
-//go:noinline
 func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.CreateVolumeRequest, decision accessible.Decision, out *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) (*csi.CreateVolumeResponse, error) {
 	vol := resp.GetVolume()
 	if vol.GetVolumeId() == "" {

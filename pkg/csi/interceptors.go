@@ -105,17 +105,8 @@ type Observer interface {
 
 // interceptors returns the server interceptor: a request id, logging (which
 // also reports to the observers) and panic recovery, so a recovered panic
-// is logged like any other failed call.
-//
-// It is one function with one small frame, and the work before and after
-// the handler lives in functions of their own (rpcStart, rpcEnd, rpcPanic):
-// this frame stays on the stack for the whole proxied call. A chain of
-// three interceptors (with the closures that link them) put 640 bytes
-// there, this puts 320; with CreateVolume's frame cut the same way
-// (prepareCreate), a proxied call fits in an 8 KiB stack. Over it, a
-// stream worker grew its stack to 16 KiB deep in the upstream call after
-// every collection had shrunk it (docs/performance.md, "Stream workers
-// and their stacks").
+// is logged like any other failed call. The work before and after the
+// handler is in rpcStart, rpcEnd and rpcPanic.
 func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	return grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		ctx, cl, method, debug := rpcStart(ctx, log, info, req)
@@ -169,8 +160,6 @@ func logLevel(method string, err error) slog.Level {
 // rpcStart numbers the call, puts it in ctx, and returns the method's
 // short name and whether debug logging is on, logging the request if it
 // is.
-//
-//go:noinline
 func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, req any) (context.Context, *call, string, bool) {
 	cl := &call{id: requestCounter.Add(1)}
 	cl.held = cl.heldBuf[:0]
@@ -184,8 +173,6 @@ func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo,
 }
 
 // rpcEnd reports a finished call to the observers and logs it.
-//
-//go:noinline
 func rpcEnd(ctx context.Context, log *slog.Logger, observers []Observer, method string, debug bool, elapsed time.Duration, resp any, err error) {
 	var conn *string
 	if c, ok := ctx.Value(callKey{}).(*call); ok {
@@ -223,8 +210,6 @@ func rpcEnd(ctx context.Context, log *slog.Logger, observers []Observer, method 
 
 // rpcPanic logs a panic recovered from a handler and returns the error the
 // client gets instead.
-//
-//go:noinline
 func rpcPanic(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, r any) (any, error) {
 	log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "request_id", RequestID(ctx),
 		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))

@@ -153,20 +153,13 @@ var reconnectBackoff = grpc.ConnectParams{
 
 // FlowWindow is the HTTP/2 flow-control window, per stream and per
 // connection, of the proxy's CSI server and of its clients of external
-// upstreams. Fixing it turns off gRPC's dynamic windows, whose bandwidth
-// estimate answers received data with a PING (and a window update) and
-// waits for the peer's acknowledgement: with one call at a time, as the
-// sidecars and kubelet mostly call, that is a PING round trip on every
-// call, on both sides of the proxy, to size windows for a link that is a
-// unix socket carrying messages of a few hundred bytes. Measured in one
-// run against the same build with dynamic windows, it took 6-7% off the
-// proxy's p50 at concurrency 1 and made no difference at 64
-// (docs/performance.md).
-//
-// 4 MiB is the largest message gRPC receives by default, so any message
-// that can be received at all arrives without waiting for a window update;
-// dynamic windows start at 64 KiB and may grow to 16 MiB, so a peer can
-// make the proxy buffer no more than before.
+// upstreams. A fixed window turns off gRPC's bandwidth estimator, which
+// answers received data with a PING and waits for its acknowledgement:
+// with one call at a time, as sidecars and kubelet mostly call, that is a
+// round trip per call on each side of the proxy (docs/performance.md
+// gives the figure). 4 MiB is the largest message gRPC receives by
+// default, so no message waits for a window update, and no more than
+// dynamic windows (64 KiB growing to 16 MiB) can be buffered.
 const FlowWindow = 4 << 20
 
 // Timeouts of closing a released client: drainTimeout bounds the wait for
@@ -223,9 +216,9 @@ func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // Local leases the in-process built-in driver for opts (its base path and
 // settings: stage, controllerPublish, shared, node id) for the connection
-// owner, serving it over an in-memory
-// listener so the proxy forwards to it exactly as to an external driver.
-// The driver's per-volume locks serialise every connection using it.
+// owner. It is called in process through the same client interceptor as
+// an external driver (local.go). The driver's per-volume locks serialise
+// every connection using it.
 //
 // A connection whose file changes its settings gets a new driver, and the
 // old one closes once its calls end. Connections that differ only in node
@@ -490,11 +483,8 @@ func (p *Pool) intercept(c *Client) grpc.UnaryClientInterceptor {
 	}
 }
 
-// observe reports a finished upstream call. It is a function of its own so
-// that the interceptor's frame, which stays on the stack for the whole
-// upstream call, holds no logging arguments.
-//
-//go:noinline
+// observe reports a finished upstream call to the observer and the debug
+// log.
 func (p *Pool) observe(ctx context.Context, obs *Observer, debug bool, target, method string, err error, d time.Duration) {
 	if obs != nil {
 		(*obs)(ctx, target, method, status.Code(err), d)

@@ -9,7 +9,7 @@
 // concurrency 1, where the processes take turns on the same cores, it
 // finds the CPU's branch predictors trained by them. No deployed proxy
 // shares its code layout with its client or its upstream
-// (docs/performance.md, "One code layout per server").
+// (docs/performance.md).
 package serve
 
 import (

@@ -21,14 +21,11 @@ const burstFSSize = 2 << 30
 // desc says which, and why not. release unmounts it (once, however often it
 // is called); call it after the servers have stopped.
 //
-// The run's own disk carries the history of every earlier run: without a
-// journal, ext4's inode allocator skips inodes freed in the last minutes
-// (recently_deleted in fs/ext4/ialloc.c, looking each up in the inode
-// table), so after the bursts and real-work rounds before it a create cost
-// up to four times the CPU, and more in one server's directory than in the
-// other's for a whole run: proxy/direct 0.72-1.47 over runs on the same
-// code, against 0.93-0.96 on a fresh file system, which mkfs.ext4 gives a
-// journal (docs/performance.md, "The local-hostpath burst").
+// The burst compares two servers of the same driver, so their file system
+// must not differ: the run's own disk carries the history of earlier runs
+// (freed inodes that ext4 without a journal skips for minutes), which
+// lands on one server's directory more than on the other's and moves the
+// ratio by far more than the proxy costs (docs/performance.md).
 func burstFS(dir string) (base, desc string, release func()) {
 	release = func() {}
 	fallback := func(why string) (string, string, func()) {

@@ -16,11 +16,8 @@ const layoutSymbol = "google.golang.org/grpc/internal/transport.(*http2Server).o
 // describing the layouts. At concurrency 1 the processes take turns on the
 // same cores, and the CPU's branch predictors, indexed by virtual address
 // and not flushed between processes, carry what one process taught them to
-// another that runs the same code at the same addresses: a typed forwarder
-// run from a copy of ptbench, whose load generator and no-op upstream had
-// just executed the same gRPC code, needed 13–18% less CPU per call there
-// than one built as a binary of its own (docs/performance.md, "One code
-// layout per server").
+// another that runs the same code at the same addresses, which makes that
+// process look cheaper than it is (docs/performance.md).
 //
 // The binaries in also (an A/B's compare build, which may well share the
 // proxy's layout) are described, not checked. A binary that is not Go or

@@ -15,7 +15,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/bench/load"
 )
 
-// The real-work section (issue 19): CreateVolume+DeleteVolume pairs that
+// The real-work section: CreateVolume+DeleteVolume pairs that
 // make and remove real directories on the run's own disk, at concurrency 1
 // and 16, against
 //

@@ -40,7 +40,7 @@ type Results struct {
 	// Scale: CreateVolume with one connection file vs many, typed as the
 	// drift reference.
 	Scale []PathResult `json:"scale"`
-	// RealWork: issue 19's real-work section (realwork.go).
+	// RealWork is the real-work section (realwork.go).
 	RealWork *RealWork `json:"real_work,omitempty"`
 	Memory   Memory    `json:"memory"`
 	Micro    []Micro   `json:"micro"`
@@ -195,8 +195,8 @@ func positive(v float64) float64 {
 	return v
 }
 
-// targets evaluates the goals of issue 17, and the ratios it asks to be
-// reported without a goal.
+// targets evaluates the goals of the paths, burst, scale and memory, and
+// the ratios reported without a goal.
 func targets(res *Results) (goals, reports []Target) {
 	conc := res.Settings["concurrency"].(int)
 	methods := []string{"CreateVolume", "NodeGetVolumeStats"}
@@ -251,7 +251,7 @@ func targets(res *Results) (goals, reports []Target) {
 // compare build of nearly the proxy's code has nearly its code layout, so
 // the two train the CPU's branch predictors for each other there. An A/B
 // test compares its two builds with each other; its ratios to the floors
-// are not make bench's (docs/performance.md, "What is measured").
+// are not make bench's (docs/performance.md).
 const compareNote = "note: the compare path adds a server to the rounds, which moves every path's concurrency-1 latency:\n" +
 	"      compare proxy with compare; these ratios to typed and raw are not comparable with make bench's"
 

@@ -19,7 +19,7 @@
 // A volume or snapshot exists exactly when its record exists: data is built
 // in tmp and renamed into place before the record, a delete removes the
 // record before the data, so a crash never leaves a record without data;
-// creates are durable when they return, sharing their syncs (sync.go);
+// creates are durable when they return (sync.go);
 // deletes are not synced; the next Driver that starts on the same BasePath
 // cleans up what an interrupted call left (recover.go). The invariants are
 // in docs/reliability.md §10.

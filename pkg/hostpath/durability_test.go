@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -25,17 +24,9 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	events []string
-	// delay, when set, is slept on every fsync of a directory, to make
-	// concurrent creates overlap a round.
-	delay time.Duration
 }
 
-func (r *recorder) trace(op, path string) {
-	if op == "fsync" && r.delay > 0 && !strings.Contains(filepath.Base(path), ".json") {
-		time.Sleep(r.delay)
-	}
-	r.add(op + " " + path)
-}
+func (r *recorder) trace(op, path string) { r.add(op + " " + path) }
 
 func (r *recorder) add(ev string) {
 	r.mu.Lock()
@@ -182,11 +173,10 @@ func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 	}
 }
 
-// Concurrent creates share rounds: fewer directory syncs than creates,
-// and each create returns only after a round that synced its record.
-func TestGroupCommitSharesSyncs(t *testing.T) {
+// Concurrent creates each return only after their own record file, new
+// directory and both parents were synced after their renames.
+func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
 	d, r := tracedDriver(t)
-	r.delay = 20 * time.Millisecond
 	const n = 16
 	var wg sync.WaitGroup
 	ids := make([]string, n)
@@ -194,40 +184,30 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			vol := createVol(t, d, fmt.Sprintf("group-%d", i), nil)
+			vol := createVol(t, d, fmt.Sprintf("concurrent-%d", i), nil)
 			ids[i] = vol.GetVolumeId()
 			r.add("return " + vol.GetVolumeId())
 		}()
 	}
 	wg.Wait()
 	ev := r.take()
-	metaSyncs := 0
-	for _, e := range ev {
-		if e == "fsync "+d.store.metaDir("volumes") {
-			metaSyncs++
-		}
-	}
-	if metaSyncs >= n || metaSyncs == 0 {
-		t.Errorf("%d syncs of the record directory for %d concurrent creates; want at least one and fewer than %d", metaSyncs, n, n)
-	}
-	t.Logf("%d concurrent creates: %d rounds", n, metaSyncs)
 	for _, id := range ids {
 		ret := index(ev, "return "+id)
+		renRec := index(ev, "rename "+d.store.recordPath("volumes", id))
 		file := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), "."+id+".json."))
-		if file < 0 || file > ret {
-			t.Errorf("%s returned (at %d) before its record was synced (at %d)", id, ret, file)
+		dir := index(ev, "fsync "+d.store.volumePath(id))
+		if renRec < 0 || file < renRec || dir < renRec || file > ret || dir > ret {
+			t.Errorf("%s: record renamed at %d, record synced at %d, directory synced at %d, returned at %d; want both syncs between rename and return", id, renRec, file, dir, ret)
 			continue
 		}
-		// The directory sync that covers it comes after the file sync and
-		// before the return.
-		covered := false
-		for i := file; i < ret; i++ {
-			if ev[i] == "fsync "+d.store.metaDir("volumes") {
-				covered = true
+		for _, parent := range []string{d.store.volumesDir(), d.store.metaDir("volumes")} {
+			synced := false
+			for i := dir; i < ret; i++ {
+				synced = synced || ev[i] == "fsync "+parent
 			}
-		}
-		if !covered {
-			t.Errorf("%s returned before a sync of the record directory after its record", id)
+			if !synced {
+				t.Errorf("%s returned before a sync of %s after its renames", id, parent)
+			}
 		}
 	}
 }

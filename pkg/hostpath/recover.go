@@ -16,7 +16,7 @@ import (
 //     rename the data into place before the record, deletes remove the
 //     record before the data), so the record is removed;
 //   - an empty record: a create interrupted by a power loss before its
-//     group commit (an acknowledged record was synced), so it is removed;
+//     sync (an acknowledged record was synced), so it is removed;
 //   - data without a record: a create killed between its two renames, or a
 //     delete killed between its two steps. A retry of the create replaces
 //     it, a retry of the delete removes it; when alone says no other live
@@ -26,7 +26,7 @@ import (
 //
 // Finally, when a Driver died here without closing (dead), it syncs the
 // file system once, so that everything that Driver left in the page cache
-// (a record renamed into place whose group commit it did not live to run)
+// (a record renamed into place whose sync it did not live to run)
 // is durable before this one answers a retry with it.
 func (s *store) recover(alone, dead bool) {
 	kinds := []struct {

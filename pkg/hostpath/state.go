@@ -85,9 +85,9 @@ type store struct {
 	// seq names work items inside work.
 	seq atomic.Uint64
 
-	// sync runs the group commits (sync.go); its trace, when set, sees
-	// every rename, fsync and syncfs (the durability tests).
-	sync groupSync
+	// sync runs the fsyncs (sync.go); its trace, when set, sees every
+	// rename, fsync and syncfs (the durability tests).
+	sync syncer
 }
 
 func openStore(base string, log *slog.Logger) (*store, error) {
@@ -284,8 +284,8 @@ func (s *store) writeVolume(r *volumeRecord) error {
 
 // createRecord publishes the record of a new volume or snapshot: it writes
 // it to a temporary file in kind's record directory and renames it into
-// place, without syncing. The file is returned open, for the group commit
-// that makes it durable (groupSync.commit closes it). Until that commit a
+// place, without syncing. The file is returned open, for the sync that
+// makes it durable (syncer.commit closes it). Until that sync a
 // power loss may leave the record empty; recover removes empty records,
 // and only a create that has not returned yet can leave one, because an
 // acknowledged record has been synced.

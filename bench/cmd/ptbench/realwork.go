@@ -47,10 +47,13 @@ type RealWork struct {
 	Device string `json:"device,omitempty"`
 	// Peer is the democratic-csi checkout's folder name (not its path, which
 	// is the machine's), PeerRevision what it is;
-	// SkipReason says why the peer paths did not run.
+	// SkipReason says why the peer paths did not run; NoPeerProxy why
+	// dcsi-proxy alone did not (a checkout without democratic-csi's proxy
+	// driver still runs dcsi-direct and the proxies in front of it).
 	Peer         string `json:"peer,omitempty"`
 	PeerRevision string `json:"peer_revision,omitempty"`
 	SkipReason   string `json:"skip_reason,omitempty"`
+	NoPeerProxy  string `json:"no_peer_proxy,omitempty"`
 	// Upstream is what csi-proxy forwards to.
 	Upstream string       `json:"upstream"`
 	Rows     []PathResult `json:"rows"`
@@ -115,13 +118,14 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 			rw.SkipReason = fmt.Sprintf("%s is not a democratic-csi checkout: %v", peer, err)
 		} else if _, err := os.Stat(filepath.Join(peer, "node_modules")); err != nil {
 			rw.SkipReason = fmt.Sprintf("%s has no node_modules: run npm install there", peer)
-		} else if _, err := os.Stat(filepath.Join(peer, "src", "driver", "controller-proxy")); err != nil {
-			rw.SkipReason = fmt.Sprintf("%s has no proxy driver (src/driver/controller-proxy, democratic-csi pull request 466)", peer)
 		} else if _, err := exec.LookPath("node"); err != nil {
 			rw.SkipReason = "node is not installed"
 		} else {
 			rw.Peer = filepath.Base(peer)
 			rw.PeerRevision = peerRevision(peer)
+			if _, err := os.Stat(filepath.Join(peer, "src", "driver", "controller-proxy")); err != nil {
+				rw.NoPeerProxy = "no proxy driver in the checkout (src/driver/controller-proxy, democratic-csi pull request 466)"
+			}
 		}
 	}
 
@@ -188,29 +192,32 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 
 	upstream, upData := direct, filepath.Join(base, "builtin-direct", "data", "volumes")
 	rw.Upstream = "built-in local-hostpath, served on its own (builtin-direct)"
-	var dcsiDirect *proc
+	// node serves democratic-csi with the driver config cfg; dcsiConfig is
+	// its local-hostpath config with the volumes under data.
+	node := func(name, cfg, csiName string) (*proc, error) {
+		sock := filepath.Join(dir, "rw-"+name+".sock")
+		return startProc(name, []string{"CSI_NODE_ID=bench-node", "NODE_NAME=bench-node"},
+			"node", filepath.Join(peer, "bin", "democratic-csi"), "--csi-version=1.5.0", "--csi-name="+csiName,
+			"--driver-config-file="+cfg, "--log-level=error", "--csi-mode=controller", "--server-socket="+sock)
+	}
+	dcsiConfig := func(data string) string {
+		return fmt.Sprintf("driver: local-hostpath\ninstance_id:\nlocal-hostpath:\n  shareBasePath: %s\n  controllerBasePath: %s\n  dirPermissionsMode: \"0777\"\n  dirPermissionsUser: 0\n  dirPermissionsGroup: 0\n", data, data)
+	}
 	if rw.Peer != "" {
-		node := func(name, cfg, csiName string) (*proc, error) {
-			sock := filepath.Join(dir, "rw-"+name+".sock")
-			return startProc(name, []string{"CSI_NODE_ID=bench-node", "NODE_NAME=bench-node"},
-				"node", filepath.Join(peer, "bin", "democratic-csi"), "--csi-version=1.5.0", "--csi-name="+csiName,
-				"--driver-config-file="+cfg, "--log-level=error", "--csi-mode=controller", "--server-socket="+sock)
-		}
-		dcsiConfig := func(data string) string {
-			return fmt.Sprintf("driver: local-hostpath\ninstance_id:\nlocal-hostpath:\n  shareBasePath: %s\n  controllerBasePath: %s\n  dirPermissionsMode: \"0777\"\n  dirPermissionsUser: 0\n  dirPermissionsGroup: 0\n", data, data)
-		}
 		data := filepath.Join(base, "dcsi-direct", "data")
 		cfg := filepath.Join(base, "dcsi-direct", "local-hostpath.yaml")
 		if err := writeFile(cfg, dcsiConfig(data)); err != nil {
 			return rw, err
 		}
-		if dcsiDirect, err = node("dcsi-direct", cfg, dcsiName); err != nil {
+		dcsiDirect, err := node("dcsi-direct", cfg, dcsiName)
+		if err != nil {
 			return rw, err
 		}
 		add("dcsi-direct", dcsiDirect, filepath.Join(data, "v"))
 		upstream, upData = dcsiDirect, filepath.Join(data, "v")
 		rw.Upstream = "democratic-csi local-hostpath (dcsi-direct)"
-
+	}
+	if rw.Peer != "" && rw.NoPeerProxy == "" {
 		folder := filepath.Join(base, "dcsi-proxy", "connections")
 		pdata := filepath.Join(base, "dcsi-proxy", "data")
 		if err := writeFile(filepath.Join(folder, rwConn+".yaml"), dcsiConfig(pdata)); err != nil {

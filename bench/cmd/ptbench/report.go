@@ -308,6 +308,9 @@ func printReport(w io.Writer, res *Results) {
 		table(fmt.Sprintf("real work: CreateVolume+DeleteVolume pairs on %s (%s, %s), interleaved rounds", rw.Dir, rw.FS, rw.Device), rw.Rows, ref)
 		if rw.Peer != "" {
 			fmt.Fprintf(w, "democratic-csi: %s (%s)\n", rw.Peer, rw.PeerRevision)
+			if rw.NoPeerProxy != "" {
+				fmt.Fprintf(w, "dcsi-proxy skipped: %s\n", rw.NoPeerProxy)
+			}
 		} else {
 			fmt.Fprintf(w, "democratic-csi paths skipped: %s\n", rw.SkipReason)
 		}

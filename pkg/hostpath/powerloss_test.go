@@ -51,7 +51,7 @@ func TestCreateSurvivesPowerLossOnExt4(t *testing.T) {
 	}
 	t.Cleanup(func() { d.Close() }) // before the unmount: it holds a lock file
 
-	// 16 concurrent creates share group commits, then 8 one at a time.
+	// 16 concurrent creates, then 8 one at a time.
 	type created struct{ id, name string }
 	var (
 		mu   sync.Mutex

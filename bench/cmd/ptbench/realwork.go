@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -115,9 +116,9 @@ func realWork(ctx context.Context, dir, bin string, o options) (rw *RealWork, er
 		rw.SkipReason = "no democratic-csi checkout given (-dcsi DIR or DEMOCRATIC_CSI)"
 	default:
 		if _, err := os.Stat(filepath.Join(peer, "bin", "democratic-csi")); err != nil {
-			rw.SkipReason = fmt.Sprintf("%s is not a democratic-csi checkout: %v", peer, err)
+			rw.SkipReason = fmt.Sprintf("%s is not a democratic-csi checkout: %v", filepath.Base(peer), errors.Unwrap(err))
 		} else if _, err := os.Stat(filepath.Join(peer, "node_modules")); err != nil {
-			rw.SkipReason = fmt.Sprintf("%s has no node_modules: run npm install there", peer)
+			rw.SkipReason = fmt.Sprintf("%s has no node_modules: run npm install there", filepath.Base(peer))
 		} else if _, err := exec.LookPath("node"); err != nil {
 			rw.SkipReason = "node is not installed"
 		} else {

@@ -73,7 +73,7 @@ func checkGroupFile(path, name string, data []byte, folder string, opts accessib
 			continue
 		}
 		key := fmt.Sprintf("group.members[%d]", i)
-		if connection.IsNodeLocal(c) {
+		if connection.IsNodeLocal(c, opts) {
 			// It admits only the node whose controller serves the
 			// call (SPEC §12), so the members after it serve the rest.
 			continue

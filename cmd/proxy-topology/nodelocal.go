@@ -50,7 +50,7 @@ func reportNodeKey(res *nodetopology.Result, ev *nodetopology.Evaluator, nodeLoc
 // in node-local mode (SPEC §12): its volumes would be created on whatever
 // node the one controller runs on, and pinned there.
 func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
-	if len(r.errors) > 0 || cfg.Proxy.NodeLocal || c == nil || !connection.IsNodeLocal(c) {
+	if len(r.errors) > 0 || cfg.Proxy.NodeLocal || c == nil || !connection.IsNodeLocal(c, cfg.Topology.Accessibility()) {
 		return
 	}
 	r.warnings = append(r.warnings, fmt.Sprintf(
@@ -63,7 +63,7 @@ func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
 // as the controller on the dry run's node would decide it (pinned to that
 // node, or refused for another), any other by its topology list.
 func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement) ([]*csi.Topology, error) {
-	if c.NodeLocal() {
+	if c.NodeLocal(place.Topology) {
 		fmt.Fprintf(stdout, "  node-local (local-hostpath without topology): decided as the controller on node %q\n", place.Host.Name)
 	}
 	d, err := place.Decide(c, req)

@@ -28,9 +28,54 @@ type Compiled struct {
 	all  Decision
 	// nodeKey is opts.NodeKey(), built once.
 	nodeKey string
+	// upstream translates the upstream's topology keys (SPEC §13).
+	upstream UpstreamMap
+	// nodeLocal: the connection's volumes live on one node's disk.
+	nodeLocal bool
 }
 
+// Spec is what a connection file says about where its volumes are.
+type Spec struct {
+	// Entries is proxy.perDriver.topology.
+	Entries []Entry
+	// Upstream is proxy.perDriver.upstreamTopology: upstream key → this
+	// proxy's key.
+	Upstream map[string]string
+	// Builtin is set for the built-in local-hostpath driver, whose
+	// volumes live on the disk of the node that serves the call.
+	Builtin bool
+}
+
+// NodeLocal reports whether a connection's volumes live on one node's
+// disk (SPEC §12, §13): a built-in local-hostpath connection without a
+// topology list (its base path is not declared shared storage), or an
+// upstream whose answer the connection maps to the node key (<prefix>/node)
+// without a topology list. Such a connection is decided by the node that
+// serves the call (Placement), and nodes report the node key.
+func (s Spec) NodeLocal(opts Options) bool {
+	if len(s.Entries) > 0 {
+		return false
+	}
+	return s.Builtin || CompileUpstream(s.Upstream, opts).MapsTo(opts.NodeKey())
+}
+
+// CompileSpec prepares a connection's Spec (which should have passed
+// Validate and ValidateUpstream) for opts.
+func CompileSpec(s Spec, opts Options) *Compiled {
+	c := Compile(s.Entries, opts)
+	c.upstream = CompileUpstream(s.Upstream, opts)
+	c.nodeLocal = s.NodeLocal(opts)
+	return c
+}
+
+// NodeLocal reports a node-local connection (Spec.NodeLocal).
+func (c *Compiled) NodeLocal() bool { return c.nodeLocal }
+
+// Upstream is the connection's upstreamTopology, resolved.
+func (c *Compiled) Upstream() UpstreamMap { return c.upstream }
+
 // Compile prepares entries (which should have passed Validate) for opts.
+// The connection is neither node-local nor mapped (CompileSpec).
 func Compile(entries []Entry, opts Options) *Compiled {
 	c := &Compiled{opts: opts, entries: entries, norm: normalize(entries, opts), nodeKey: opts.NodeKey()}
 	c.topo = make([]map[string]string, len(entries))

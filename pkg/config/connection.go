@@ -53,6 +53,11 @@ type PerDriver struct {
 	// Topology lists where this connection's storage is reachable; empty
 	// means everywhere.
 	Topology []accessible.Entry `yaml:"topology"`
+	// UpstreamTopology maps the keys of the upstream's accessible_topology
+	// to this proxy's keys (SPEC §13): upstream key -> proxy key, short
+	// proxy keys get the prefix. Empty: an upstream answering topology is
+	// refused unless it cannot widen (SPEC §8).
+	UpstreamTopology map[string]string `yaml:"upstreamTopology"`
 	// NodeID translates the CO's node id (the node name) into the id this
 	// connection's upstream expects in ControllerPublish/Unpublish.
 	NodeID NodeIDTemplate `yaml:"nodeId"`
@@ -177,7 +182,24 @@ func (c *Connection) Validate(topo accessible.Options) error {
 	if err := accessible.Validate(c.Proxy.PerDriver.Topology, topo); err != nil {
 		errs = append(errs, err)
 	}
+	if m := c.Proxy.PerDriver.UpstreamTopology; len(m) > 0 {
+		if c.Driver == DriverLocalHostpath {
+			add("proxy.perDriver.upstreamTopology", "is only for driver: csi (the built-in local-hostpath answers no topology of its own)")
+		} else if err := accessible.ValidateUpstream(m, c.Proxy.PerDriver.Topology, topo); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Topology is what the file says about where the connection's volumes
+// are, for accessible.CompileSpec.
+func (c *Connection) Topology() accessible.Spec {
+	return accessible.Spec{
+		Entries:  c.Proxy.PerDriver.Topology,
+		Upstream: c.Proxy.PerDriver.UpstreamTopology,
+		Builtin:  c.Driver == DriverLocalHostpath,
+	}
 }
 
 // ValidateEndpoint accepts what a connection file may name as an upstream:
@@ -262,7 +284,7 @@ var connectionKeys = map[string][]string{
 	"csi":                        {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
 	"local-hostpath":             {"shareBasePath", "stage", "controllerPublish"},
 	"proxy":                      {"perDriver"},
-	"proxy.perDriver":            {"topology", "nodeId"},
+	"proxy.perDriver":            {"topology", "upstreamTopology", "nodeId"},
 	"proxy.perDriver.topology[]": {"requirements", "extra"},
 	"proxy.perDriver.nodeId":     {"template"},
 }

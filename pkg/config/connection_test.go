@@ -519,3 +519,59 @@ func TestNodeIDTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConnectionUpstreamTopology (SPEC §13): proxy.perDriver.
+// upstreamTopology is read as written and checked with the topology list;
+// every problem names its key, and the built-in driver cannot have one.
+func TestParseConnectionUpstreamTopology(t *testing.T) {
+	c, warnings, err := parseConn(`driver: csi
+csi: {endpoint: unix:///csi/upstreams/local/csi.sock}
+proxy:
+  perDriver:
+    upstreamTopology:
+      org.democratic-csi.topology/node: node
+`)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("err %v, warnings %q", err, warnings)
+	}
+	if d := cmp.Diff(map[string]string{"org.democratic-csi.topology/node": "node"}, c.Proxy.PerDriver.UpstreamTopology); d != "" {
+		t.Errorf("upstreamTopology (-want +got):\n%s", d)
+	}
+	if !c.Topology().NodeLocal(topoOpts) {
+		t.Error("a connection mapping to the node key is not node-local")
+	}
+
+	_, _, err = parseConn(`driver: csi
+csi: {endpoint: unix:///csi.sock}
+proxy:
+  perDriver:
+    topology:
+    - requirements: {fake.example.com/zone: z1}
+      extra: {org.democratic-csi.topology/zone: z1}
+    upstreamTopology:
+      fake.example.com/zone: zone
+      "bad key!": rack
+`)
+	lines := connErrors(t, err)
+	want := []string{
+		`proxy.perDriver.upstreamTopology["bad key!"]: the upstream key is not a valid label key`,
+		`proxy.perDriver.topology[0].extra["org.democratic-csi.topology/zone"]: the label is also the target of proxy.perDriver.upstreamTopology["fake.example.com/zone"]`,
+		`proxy.perDriver.topology[0].requirements["fake.example.com/zone"]: "fake.example.com/zone" is the upstream's key`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("errors:\n%s\nwant %d", strings.Join(lines, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want it to start with %q", i, lines[i], w)
+		}
+	}
+
+	_, _, err = parseConn(`driver: local-hostpath
+local-hostpath: {shareBasePath: /data}
+proxy: {perDriver: {upstreamTopology: {a.example.com/node: node}}}
+`)
+	if lines := connErrors(t, err); len(lines) != 1 || !strings.HasPrefix(lines[0], "proxy.perDriver.upstreamTopology: is only for driver: csi") {
+		t.Errorf("errors %q", lines)
+	}
+}

@@ -1,18 +1,21 @@
 package connection
 
-import "github.com/democratic-csi/proxy-topology/pkg/config"
+import (
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
+)
 
-// NodeLocal reports a connection whose volumes live on one node's disk: a
-// built-in local-hostpath connection that declares no
-// proxy.perDriver.topology. A local-hostpath connection whose base path is
-// shared storage declares where it is reachable, and is not node-local
-// (SPEC §12).
-func (c *Connection) NodeLocal() bool { return IsNodeLocal(c.Config) }
+// NodeLocal reports a connection whose volumes live on one node's disk
+// (accessible.Spec.NodeLocal): a built-in local-hostpath connection that
+// declares no proxy.perDriver.topology (SPEC §12), or an upstream whose
+// proxy.perDriver.upstreamTopology maps to the node key without a
+// topology list (SPEC §13).
+func (c *Connection) NodeLocal(opts accessible.Options) bool { return IsNodeLocal(c.Config, opts) }
 
 // IsNodeLocal is NodeLocal for a parsed connection file (check and serve
 // use it before any connection is loaded).
-func IsNodeLocal(cfg *config.Connection) bool {
-	return cfg != nil && cfg.Driver == config.DriverLocalHostpath && len(cfg.Proxy.PerDriver.Topology) == 0
+func IsNodeLocal(cfg *config.Connection, opts accessible.Options) bool {
+	return cfg != nil && cfg.Driver != config.DriverGroup && cfg.Topology().NodeLocal(opts)
 }
 
 // NodeLocalNames names the node-local connections present now, in name
@@ -30,7 +33,7 @@ func (s *Store) NodeLocalNames() []string {
 		if err != nil {
 			continue
 		}
-		if cfg, _, err := config.ParseConnection(s.src.Describe(n), data, s.opts.Topology); err == nil && IsNodeLocal(cfg) {
+		if cfg, _, err := config.ParseConnection(s.src.Describe(n), data, s.opts.Topology); err == nil && IsNodeLocal(cfg, s.opts.Topology) {
 			out = append(out, n)
 		}
 	}

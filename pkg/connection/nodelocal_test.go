@@ -11,8 +11,9 @@ import (
 )
 
 // TestNodeLocalNames: a local-hostpath connection without topology is
-// node-local; one with topology (a shared base path), a csi connection
-// and a broken file are not listed. Nothing is loaded or cached.
+// node-local, and so is a csi connection whose upstreamTopology maps to
+// the node key (SPEC §13); one with topology (a shared base path), a
+// plain or zonal csi connection and a broken file are not listed. Nothing is loaded or cached.
 func TestNodeLocalNames(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -21,6 +22,8 @@ func TestNodeLocalNames(t *testing.T) {
 		"nfs":    "driver: csi\ncsi:\n  endpoint: unix:///csi/nfs.sock\n",
 		"broken": "driver: local-hostpath\nlocal-hostpath: [\n",
 		"disk2":  "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /var/lib/pt/disk2\n",
+		"dcsi":   "driver: csi\ncsi:\n  endpoint: unix:///csi/dcsi.sock\nproxy:\n  perDriver:\n    upstreamTopology: {org.democratic-csi.topology/node: node}\n",
+		"zonal":  "driver: csi\ncsi:\n  endpoint: unix:///csi/zonal.sock\nproxy:\n  perDriver:\n    upstreamTopology: {fake.example.com/zone: zone}\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(content), 0o600); err != nil {
@@ -29,13 +32,13 @@ func TestNodeLocalNames(t *testing.T) {
 	}
 	s := NewStore(Options{Folder: dir, Topology: accessible.Options{Prefix: "p"}, Log: slog.New(slog.DiscardHandler)})
 	defer s.Close()
-	if got, want := s.NodeLocalNames(), []string{"disk", "disk2"}; !slices.Equal(got, want) {
+	if got, want := s.NodeLocalNames(), []string{"dcsi", "disk", "disk2"}; !slices.Equal(got, want) {
 		t.Errorf("NodeLocalNames = %v, want %v", got, want)
 	}
 	if n := s.Cached(); n != 0 {
 		t.Errorf("%d connections cached after NodeLocalNames, want 0", n)
 	}
-	if IsNodeLocal(nil) {
-		t.Error("IsNodeLocal(nil) = true")
+	if IsNodeLocal(nil, accessible.Options{}) {
+		t.Error("IsNodeLocal(nil, accessible.Options{}) = true")
 	}
 }

@@ -120,14 +120,15 @@ func (c *Connection) tryAcquire() bool {
 	}
 }
 
-// Topology returns the connection's topology list compiled for opts. It is
+// Topology returns the connection's topology list (and upstreamTopology,
+// and whether it is node-local) compiled for opts. It is
 // built on first use and kept with the connection, so a call only matches
 // terms against it; a reload makes a new Connection and so a new one.
 func (c *Connection) Topology(opts accessible.Options) *accessible.Compiled {
 	if t := c.topology.Load(); t != nil && t.Options() == opts {
 		return t
 	}
-	t := accessible.Compile(c.Config.Proxy.PerDriver.Topology, opts)
+	t := accessible.CompileSpec(c.Config.Topology(), opts)
 	c.topology.Store(t)
 	return t
 }

@@ -319,7 +319,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			if c.IsGroup() {
 				return // no upstream of its own; its members are asked
 			}
-			if c.NodeLocal() {
+			if c.NodeLocal(d.opts.Topology) {
 				mu.Lock()
 				nodeLocal = append(nodeLocal, name)
 				mu.Unlock()

@@ -39,7 +39,7 @@ func (d *Driver) placement() Placement {
 // connection is pinned to Host (or refused for another node), any other
 // connection is decided by its topology list.
 func (p Placement) Decide(c *connection.Connection, req *csi.TopologyRequirement) (accessible.Decision, error) {
-	if c.NodeLocal() {
+	if c.NodeLocal(p.Topology) {
 		return p.Topology.DecideNodeLocal(c.Name, p.Host, req.GetRequisite(), req.GetPreferred())
 	}
 	return c.Topology(p.Topology).Decide(c.Name, req.GetRequisite(), req.GetPreferred())
@@ -50,7 +50,7 @@ func (p Placement) Decide(c *connection.Connection, req *csi.TopologyRequirement
 // node serving the call, which holds every volume it can see; otherwise
 // the connection's whole topology.
 func (p Placement) Existing(c *connection.Connection) []*csi.Topology {
-	if c.NodeLocal() {
+	if c.NodeLocal(p.Topology) {
 		if p.Host.Name == "" {
 			return nil // nothing to pin to; CreateVolume refuses such volumes
 		}
@@ -63,7 +63,7 @@ func (p Placement) Existing(c *connection.Connection) []*csi.Topology {
 // (GetCapacity, a group's member choice). A node-local connection serves
 // only Host.
 func (p Placement) Admits(c *connection.Connection, topology *csi.Topology) bool {
-	if c.NodeLocal() {
+	if c.NodeLocal(p.Topology) {
 		return p.Topology.AdmitsHost(p.Host, topology)
 	}
 	return c.Topology(p.Topology).Admits(topology)
@@ -71,7 +71,7 @@ func (p Placement) Admits(c *connection.Connection, topology *csi.Topology) bool
 
 // Offers says where c serves volumes, for refusals.
 func (p Placement) Offers(c *connection.Connection) string {
-	if c.NodeLocal() {
+	if c.NodeLocal(p.Topology) {
 		return fmt.Sprintf("node %q only (node-local)", p.Host.Name)
 	}
 	return c.Topology(p.Topology).Offers()

@@ -17,11 +17,18 @@
 // that lists what each member offers.
 //
 // Node-local connections (SPEC §12, nodelocal.go): a local-hostpath
-// connection without a topology list keeps its volumes on one node's
-// disk, so Options.DecideNodeLocal pins a CreateVolume to the Host that
-// serves it (or refuses a request for another node), Options.AdmitsHost
-// answers GetCapacity and Options.Pin decorates an existing volume.
-// pkg/csi's Placement chooses between these and the Compiled answers.
+// connection without a topology list, or an upstream mapped to the node
+// key (Spec.NodeLocal), keeps its volumes on one node's disk, so
+// Options.DecideNodeLocal pins a CreateVolume to the Host that serves it
+// (or refuses a request for another node), Options.AdmitsHost answers
+// GetCapacity and Options.Pin decorates an existing volume. Placement
+// (placement.go) chooses between these and the Compiled answers, for
+// pkg/csi and the topology dry run alike.
+//
+// Upstreams with topology of their own (SPEC §13, upstream.go): a
+// connection's upstreamTopology (UpstreamMap) translates the upstream's
+// answer into this proxy's keys (Compiled.Answer) and requirements back
+// into the upstream's (UpstreamMap.Requirement).
 package accessible
 
 import "github.com/democratic-csi/proxy-topology/pkg/labels"

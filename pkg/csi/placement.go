@@ -1,26 +1,18 @@
 package csi
 
 import (
-	"fmt"
-
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 )
 
-// Placement is where a controller lets a connection's volumes be: the
-// topology decisions of CreateVolume, GetCapacity and the reports of
-// existing volumes, and a group's member choice (SPEC §11). The Driver
-// makes every such decision through it, and the topology dry run
+// Placement is accessible.Placement for loaded connections: the Driver
+// makes every topology decision through it, and the topology dry run
 // (`proxy-topology topology`) makes its prediction through the same
-// methods, so the two cannot disagree.
-//
-// Node-local connections (SPEC §12): a local-hostpath connection without
-// a topology list keeps its volumes on the disk of the node whose
-// controller serves the call, so every decision about where its volumes
-// are accessible is made from Host (the proxy's own choice, whatever the
-// node topology type), never from the connection's (empty) topology list.
+// methods, so the two cannot disagree. The decisions themselves are
+// accessible's; this is the glue that finds a connection's compiled
+// topology.
 type Placement struct {
 	// Topology is the proxy's accessibility options (prefix, node
 	// topology type).
@@ -35,57 +27,37 @@ func (d *Driver) placement() Placement {
 	return Placement{Topology: d.opts.Topology, Host: accessible.Host{Name: d.opts.NodeID, Segments: d.opts.NodeSegments}}
 }
 
-// Decide is CreateVolume's topology decision for c: a node-local
-// connection is pinned to Host (or refused for another node), any other
-// connection is decided by its topology list.
+func (p Placement) pure() accessible.Placement { return accessible.Placement{Host: p.Host} }
+
+// Decide is CreateVolume's topology decision for c (accessible.Placement.Decide).
 func (p Placement) Decide(c *connection.Connection, req *csi.TopologyRequirement) (accessible.Decision, error) {
-	if c.NodeLocal(p.Topology) {
-		return p.Topology.DecideNodeLocal(c.Name, p.Host, req.GetRequisite(), req.GetPreferred())
-	}
-	return c.Topology(p.Topology).Decide(c.Name, req.GetRequisite(), req.GetPreferred())
+	return p.pure().Decide(c.Name, c.Topology(p.Topology), req.GetRequisite(), req.GetPreferred())
 }
 
 // Existing is the accessible_topology reported for an existing volume of
-// c (ControllerGetVolume, ListVolumes): for a node-local connection the
-// node serving the call, which holds every volume it can see; otherwise
-// the connection's whole topology.
+// c (accessible.Placement.Existing).
 func (p Placement) Existing(c *connection.Connection) []*csi.Topology {
-	if c.NodeLocal(p.Topology) {
-		if p.Host.Name == "" {
-			return nil // nothing to pin to; CreateVolume refuses such volumes
-		}
-		return p.Topology.Pin(p.Host).Topologies()
-	}
-	return c.Topology(p.Topology).All().Topologies()
+	return p.pure().Existing(c.Topology(p.Topology)).Topologies()
 }
 
 // Admits reports whether c can serve a volume accessible from topology
-// (GetCapacity, a group's member choice). A node-local connection serves
-// only Host.
+// (accessible.Placement.Admits).
 func (p Placement) Admits(c *connection.Connection, topology *csi.Topology) bool {
-	if c.NodeLocal(p.Topology) {
-		return p.Topology.AdmitsHost(p.Host, topology)
-	}
-	return c.Topology(p.Topology).Admits(topology)
+	return p.pure().Admits(c.Topology(p.Topology), topology)
 }
 
 // Offers says where c serves volumes, for refusals.
 func (p Placement) Offers(c *connection.Connection) string {
-	if c.NodeLocal(p.Topology) {
-		return fmt.Sprintf("node %q only (node-local)", p.Host.Name)
-	}
-	return c.Topology(p.Topology).Offers()
+	return p.pure().Offers(c.Topology(p.Topology))
 }
 
 // ChooseMember is the member of group g a CreateVolume without a content
-// source goes to: accessible.Choose over the members in order, each
-// admitting a term as Admits says. member(i) finds member i
-// (backend.Registry.Member for the server, connection.InspectMember for
-// the dry run); it is asked once per member, only for the members the
-// choice needs, and its error is mapped to a status as Get's are. The
-// answer is the chosen member (as member returned it) and why it was
-// chosen; when none admits the request, RESOURCE_EXHAUSTED lists each
-// member and what it offers.
+// source goes to (accessible.Placement.ChooseMember). member(i) finds
+// member i (backend.Registry.Member for the server,
+// connection.InspectMember for the dry run); it is asked once per member,
+// only for the members the choice needs, and its error is mapped to a
+// status as Get's are. The answer is the chosen member (as member
+// returned it) and why it was chosen.
 func (p Placement) ChooseMember(g *connection.Connection, requisite, preferred []*csi.Topology, member func(i int) (*connection.Connection, error)) (*connection.Connection, string, error) {
 	names := g.Members()
 	members := make([]*connection.Connection, len(names))
@@ -99,28 +71,17 @@ func (p Placement) ChooseMember(g *connection.Connection, requisite, preferred [
 		}
 		return members[i], nil
 	}
-	choice, ok, err := accessible.Choose(len(names), func(i int, term *csi.Topology) (bool, error) {
+	choice, err := p.pure().ChooseMember(g.Name, names, requisite, preferred, func(i int) (*accessible.Compiled, error) {
 		m, err := get(i)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		return p.Admits(m, term), nil
-	}, requisite, preferred)
+		return m.Topology(p.Topology), nil
+	})
 	if err != nil {
 		return nil, "", err
 	}
-	if !ok {
-		// Every member was asked about every term, so all are loaded.
-		offers := make([]string, len(names))
-		for i := range names {
-			m, err := get(i)
-			if err != nil {
-				return nil, "", err
-			}
-			offers[i] = p.Offers(m)
-		}
-		return nil, "", accessible.NoMemberError(g.Name, names, offers, requisite, preferred)
-	}
+	// Without requirements the first member is chosen unasked.
 	m, err := get(choice.Member)
 	if err != nil {
 		return nil, "", err

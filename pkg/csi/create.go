@@ -73,8 +73,9 @@ func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.Cre
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	if err := d.checkNotWidened(c.Connection, decision, vol.GetAccessibleTopology()); err != nil {
-		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, widenCode, err)
+	decision, err := d.placement().Created(c.Connection, decision, vol.GetAccessibleTopology())
+	if err != nil {
+		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, accessible.AnswerCode, err)
 	}
 	id, err := d.encodeID(ctx, ids.Volume, c, vol.GetVolumeId())
 	if err != nil {

@@ -34,6 +34,13 @@ func (p Placement) Decide(c *connection.Connection, req *csi.TopologyRequirement
 	return p.pure().Decide(c.Name, c.Topology(p.Topology), req.GetRequisite(), req.GetPreferred())
 }
 
+// Created is the accessible_topology of a volume c's upstream created
+// for a CreateVolume decided as decision, given what the upstream
+// answered (accessible.Placement.Created); an error is a refusal.
+func (p Placement) Created(c *connection.Connection, decision accessible.Decision, upstream []*csi.Topology) (accessible.Decision, error) {
+	return p.pure().Created(c.File, c.Topology(p.Topology), decision, upstream)
+}
+
 // Existing is the accessible_topology reported for an existing volume of
 // c (accessible.Placement.Existing).
 func (p Placement) Existing(c *connection.Connection) []*csi.Topology {

@@ -69,7 +69,7 @@ func (o Options) DecideNodeLocal(connection string, host Host, requisite, prefer
 	nodeKey := o.NodeKey()
 	if host.Name == "" {
 		return Decision{}, status.Errorf(codes.FailedPrecondition,
-			"connection %q is node-local (local-hostpath without proxy.perDriver.topology) but this controller does not know its node name (--node-id, NODE_NAME): it cannot say where the volume lives", connection)
+			"connection %q is node-local (its volumes stay on the disk of the node that creates them) but this controller does not know its node name (--node-id, NODE_NAME): it cannot say where the volume lives", connection)
 	}
 	terms, kind := requisite, "requisite"
 	if len(terms) == 0 {
@@ -87,7 +87,7 @@ func foreignNodeMessage(connection, nodeKey string, host Host, kind string, term
 	var sb strings.Builder
 	sb.WriteString("connection ")
 	sb.WriteString(strconv.Quote(connection))
-	sb.WriteString(" is node-local (local-hostpath without proxy.perDriver.topology) and this controller runs on node ")
+	sb.WriteString(" is node-local (its volumes stay on the disk of the node that creates them) and this controller runs on node ")
 	sb.WriteString(strconv.Quote(host.Name))
 	var asked []string
 	for _, t := range terms {

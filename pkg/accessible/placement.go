@@ -36,10 +36,18 @@ func (p Placement) Decide(name string, t *Compiled, requisite, preferred []*csi.
 }
 
 // Existing is the accessible_topology reported for an existing volume
-// (ControllerGetVolume, ListVolumes): for a node-local connection the node
-// serving the call, which holds every volume it can see; otherwise the
-// connection's whole topology.
-func (p Placement) Existing(t *Compiled) Decision {
+// (ControllerGetVolume, ListVolumes) whose upstream reports upstream: a
+// connection with upstreamTopology reports the upstream's answer
+// translated (Compiled.Answer without requirements), when it translates;
+// otherwise a node-local connection reports the node serving the call,
+// which holds every volume it can see, and any other connection its whole
+// topology (the proxy keeps no record of what CreateVolume chose).
+func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) Decision {
+	if len(upstream) > 0 && !t.upstream.Empty() {
+		if d, err := t.Answer(upstream, nil); err == nil {
+			return d
+		}
+	}
 	if t.NodeLocal() {
 		if p.Host.Name == "" {
 			return Decision{} // nothing to pin to; CreateVolume refuses such volumes

@@ -54,7 +54,7 @@ func TestPlacement(t *testing.T) {
 					t.Errorf("Decide (-want +got):\n%s", diff)
 				}
 			}
-			if diff := cmp.Diff(tc.existing, p.Existing(tc.t).Topologies(), protocmp.Transform()); diff != "" {
+			if diff := cmp.Diff(tc.existing, p.Existing(tc.t, nil).Topologies(), protocmp.Transform()); diff != "" {
 				t.Errorf("Existing (-want +got):\n%s", diff)
 			}
 			if got := p.Admits(tc.t, zoneTerm("z1")); got != tc.admitsZ1 {
@@ -65,8 +65,16 @@ func TestPlacement(t *testing.T) {
 			}
 		})
 	}
-	if d := (Placement{}).Existing(mapped); !d.Everywhere() {
+	if d := (Placement{}).Existing(mapped, nil); !d.Everywhere() {
 		t.Errorf("Existing without a host = %v, want nothing to pin to", d.Topologies())
+	}
+	// What the upstream reports of an existing volume, translated, wins
+	// over the pin; an answer that does not translate falls back to it.
+	if diff := cmp.Diff(topos(topo(pk("node"), "n7")), p.Existing(mapped, topos(topo(dcsiNode, "n7"))).Topologies(), protocmp.Transform()); diff != "" {
+		t.Errorf("Existing with the upstream's answer (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(pin, p.Existing(mapped, topos(topo("other.example.com/x", "y"))).Topologies(), protocmp.Transform()); diff != "" {
+		t.Errorf("Existing with an untranslatable answer (-want +got):\n%s", diff)
 	}
 }
 

@@ -28,8 +28,18 @@ func (e WidenError) Error() string {
 	if e.NodeKey != "" {
 		why = fmt.Sprintf("and the request's accessibility_requirements name no node (%s) to pin it to, so the proxy would report it reachable beyond the upstream's topology", e.NodeKey)
 	}
-	return fmt.Sprintf("the upstream answered accessible_topology %s (its volume is not reachable from every node), but the connection declares no proxy.perDriver.topology, %s; declare where this storage is reachable in proxy.perDriver.topology of %s (requirements with this proxy's node topology keys)",
-		showTopologies(e.Upstream), why, e.File)
+	return fmt.Sprintf("the upstream answered accessible_topology %s (its volume is not reachable from every node), but the connection declares no proxy.perDriver.topology, %s; in %s, map the upstream's keys to this proxy's in proxy.perDriver.upstreamTopology (e.g. {%s: node} for a node-local driver), or declare where this storage is reachable in proxy.perDriver.topology (requirements with this proxy's node topology keys)",
+		showTopologies(e.Upstream), why, e.File, firstKey(e.Upstream))
+}
+
+// firstKey is the first key of an answer, for the example in a message.
+func firstKey(ts []*csi.Topology) string {
+	for _, t := range ts {
+		if segs := termSegments(t); len(segs) > 0 {
+			return short(segs[0].key)
+		}
+	}
+	return "<upstream key>"
 }
 
 // Created is the accessible_topology of a volume the upstream created
@@ -37,14 +47,37 @@ func (e WidenError) Error() string {
 // upstream; file names the connection file in refusals. An error is a
 // refusal (the caller deletes the volume, AnswerCode).
 //
-// An upstream that answers no topology leaves decision as it is. One that
-// does is never widened (SPEC §8): a connection with a topology list
-// keeps its own decision (the admin said where the storage is); under the
-// node topology type a decision that pins the volume to the node the CO
-// asked for stands (a node is no wider than any topology the upstream can
+// An upstream that answers no topology leaves decision as it is. A
+// connection with upstreamTopology gets the answer translated
+// (Compiled.Answer, SPEC §13); a node-local one must have been placed on
+// Host, the node whose controller asked (an upstream that names its node
+// otherwise is configured with another node name, and its volume would be
+// pinned to a node that does not exist). Without the map an answer is
+// never widened (SPEC §8): a connection with a topology list keeps its
+// own decision (the admin said where the storage is); under the node
+// topology type a decision that pins the volume to the node the CO asked
+// for stands (a node is no wider than any topology the upstream can
 // answer); anything else is a WidenError.
-func (p Placement) Created(file string, t *Compiled, decision Decision, upstream []*csi.Topology) (Decision, error) {
-	if len(upstream) == 0 || len(t.entries) > 0 {
+func (p Placement) Created(file string, t *Compiled, decision Decision, upstream, requisite []*csi.Topology) (Decision, error) {
+	if len(upstream) == 0 {
+		return decision, nil
+	}
+	if !t.upstream.Empty() {
+		d, err := t.Answer(upstream, requisite)
+		if err != nil {
+			return Decision{}, err
+		}
+		if t.nodeLocal {
+			for _, top := range d.topologies {
+				if n := top[t.nodeKey]; n != p.Host.Name {
+					return Decision{}, fmt.Errorf("the upstream answered accessible_topology %s, which puts the volume on node %q, but this node-local connection's controller runs on node %q: give the upstream the proxy's node name (its node id, e.g. CSI_NODE_ID=$NODE_NAME)",
+						showTopologies(upstream), short(n), p.Host.Name)
+				}
+			}
+		}
+		return d, nil
+	}
+	if len(t.entries) > 0 {
 		return decision, nil
 	}
 	err := WidenError{File: file, Upstream: upstream}

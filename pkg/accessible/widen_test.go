@@ -28,7 +28,7 @@ func TestCreatedNeverWidens(t *testing.T) {
 	}{
 		{name: "nothing answered", t: Compile(nil, zoneOpts)},
 		{name: "answered, nothing declared", t: Compile(nil, zoneOpts), upstream: rack,
-			msg: []string{"accessible_topology [{upstream.example.com/rack=r7}]", "declares no proxy.perDriver.topology", "of /c/a.yaml"}},
+			msg: []string{"accessible_topology [{upstream.example.com/rack=r7}]", "declares no proxy.perDriver.topology", "in /c/a.yaml", "proxy.perDriver.upstreamTopology (e.g. {upstream.example.com/rack: node}"}},
 		{name: "answered, topology declared", t: Compile([]Entry{zoneEntry("z1")}, zoneOpts), decision: Compile([]Entry{zoneEntry("z1")}, zoneOpts).All(),
 			upstream: rack, want: topos(zoneTerm("z1"))},
 		{name: "type node, pinned to the node asked for", t: Compile(nil, nodeOpts), decision: pinned, upstream: rack, want: topos(topo(pk("node"), "n2"))},
@@ -36,7 +36,7 @@ func TestCreatedNeverWidens(t *testing.T) {
 			msg: []string{"name no node (" + pk("node") + ")"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := Placement{}.Created("/c/a.yaml", tc.t, tc.decision, tc.upstream)
+			d, err := Placement{}.Created("/c/a.yaml", tc.t, tc.decision, tc.upstream, nil)
 			if len(tc.msg) > 0 {
 				var we WidenError
 				if !errors.As(err, &we) {

@@ -11,8 +11,15 @@ import (
 
 // GetCapacity answers 0 for a topology the connection cannot serve, the
 // maximum for an upstream that does not report capacity (seed behaviour:
-// "infinite"), and the upstream's answer otherwise.
+// "infinite"), and the upstream's answer otherwise. A request that names
+// no connection, with no proxy.defaultConnection, is answered 0 (SPEC §6):
+// the proxy cannot know which storage is meant, and COs (csi-sanity, the
+// external-provisioner's capacity tracking for a class without
+// parameters) ask so and expect an answer, not an error.
 func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if req.GetParameters()[ConnectionParameter] == "" && d.opts.DefaultConnection == "" {
+		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
+	}
 	c, err := d.connectionFromParameters(ctx, req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -37,6 +44,8 @@ func (d *Driver) connectionCapacity(ctx context.Context, c *backend.Conn, req *c
 	}
 	out := outbound(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
-	out.AccessibleTopology = nil
+	// In the upstream's keys where the connection maps them (SPEC §13),
+	// else none: the proxy's keys mean nothing to it.
+	out.AccessibleTopology = c.Topology(d.opts.Topology).Upstream().Term(req.GetAccessibleTopology())
 	return forward(ctx, c, c.Controller, "GetCapacity", out, c.Controller.Controller.GetCapacity)
 }

@@ -53,7 +53,10 @@ func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest
 	out := outbound(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
-	out.AccessibilityRequirements = nil
+	// The upstream gets the requirements in its own keys where the
+	// connection maps them (SPEC §13), else none: the proxy's keys mean
+	// nothing to it.
+	out.AccessibilityRequirements = c.Topology(d.opts.Topology).Upstream().Requirement(req.GetAccessibilityRequirements())
 	if src := req.GetVolumeContentSource(); src != nil {
 		if out.VolumeContentSource, err = unwrapSource(c, src); err != nil {
 			return nil, accessible.Decision{}, nil, err
@@ -73,7 +76,7 @@ func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.Cre
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
-	decision, err := d.placement().Created(c.Connection, decision, vol.GetAccessibleTopology())
+	decision, err := d.placement().Created(c.Connection, decision, vol.GetAccessibleTopology(), req.GetAccessibilityRequirements().GetRequisite())
 	if err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, accessible.AnswerCode, err)
 	}

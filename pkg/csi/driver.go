@@ -34,17 +34,18 @@
 //     ListSnapshots across connections, list tokens), node.go (stage,
 //     publish, stats, expand on the node), group.go (connection groups,
 //     SPEC §11: the member a CreateVolume goes to, a group's capacity).
-//   - placement.go: Placement, every decision of where a connection's
-//     volumes may be (CreateVolume's accessible_topology, GetCapacity's
-//     admission, existing volumes' topology, a group's member choice),
-//     node-local connections (SPEC §12) pinned to this controller's node
-//     included; the topology dry run predicts with the same methods.
+//   - placement.go: Placement, the glue to accessible.Placement, which
+//     makes every decision of where a connection's volumes may be
+//     (CreateVolume's accessible_topology, an upstream's answer translated
+//     by upstreamTopology or never widened, GetCapacity's admission,
+//     existing volumes' topology, a group's member choice, node-local
+//     connections pinned to this controller's node); the topology dry run
+//     predicts with the same methods.
 //   - Forwarding to drivers the proxy did not write: autocaps.go
 //     (proxy.capabilities: auto, recomputed as connections change) with
 //     capswatch.go (when: retries, readiness, growth) and conntrack.go
 //     (the socket's accepted connections, closed when the set grows),
-//     idlength.go (IDs over 128 bytes, proxy.maxIdLength), widen.go (an
-//     upstream's own accessible_topology is never widened); the loop
+//     idlength.go (IDs over 128 bytes, proxy.maxIdLength); the loop
 //     guard's re-check runs in the capability refresh (autocaps.go).
 //
 // The proxy keeps no state of its own: IDs carry their connection

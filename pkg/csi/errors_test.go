@@ -166,7 +166,10 @@ func TestGetCapacity(t *testing.T) {
 				AccessibleTopology: topo("other.example.com/zone", "z1", zone, "z9")},
 			want: 0, noCalls: true,
 		},
-		{name: "no connection", req: &csi.GetCapacityRequest{}, wantCode: codes.InvalidArgument},
+		// SPEC §6: the proxy cannot know which storage is meant; COs ask
+		// so and expect an answer.
+		{name: "no connection, no default", req: &csi.GetCapacityRequest{}, want: 0, noCalls: true},
+		{name: "no connection, no default, a topology", req: &csi.GetCapacityRequest{AccessibleTopology: topo(zone, "z1")}, want: 0, noCalls: true},
 		{name: "unknown connection", req: &csi.GetCapacityRequest{Parameters: map[string]string{"connection": "x"}}, wantCode: codes.FailedPrecondition},
 	}
 	for _, tt := range tests {

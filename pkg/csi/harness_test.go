@@ -113,6 +113,8 @@ type conn struct {
 	Parameters   map[string]string
 	Secrets      map[string]string
 	Topology     []accessible.Entry
+	// UpstreamTopology is proxy.perDriver.upstreamTopology.
+	UpstreamTopology map[string]string
 }
 
 // add writes <name>.yaml into the proxy's connection folder.
@@ -132,8 +134,15 @@ func (p *testProxy) add(t *testing.T, name string, c conn) {
 		up["secrets"] = c.Secrets
 	}
 	doc := map[string]any{"driver": "csi", "csi": up}
+	perDriver := map[string]any{}
 	if c.Topology != nil {
-		doc["proxy"] = map[string]any{"perDriver": map[string]any{"topology": c.Topology}}
+		perDriver["topology"] = c.Topology
+	}
+	if c.UpstreamTopology != nil {
+		perDriver["upstreamTopology"] = c.UpstreamTopology
+	}
+	if len(perDriver) > 0 {
+		doc["proxy"] = map[string]any{"perDriver": perDriver}
 	}
 	data, err := yaml.Marshal(doc)
 	if err != nil {

@@ -238,7 +238,10 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			if err != nil {
 				return nil, "", err
 			}
-			topology := d.existingTopology(c.Connection)
+			// Only a connection with upstreamTopology reads each volume's
+			// own answer; the others share one topology.
+			mapped := !c.Topology(d.opts.Topology).Upstream().Empty()
+			topology := d.existingTopology(c.Connection, nil)
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()
@@ -248,7 +251,11 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 					continue
 				}
 				vol.VolumeId = id
-				vol.AccessibleTopology = topology
+				if mapped {
+					vol.AccessibleTopology = d.existingTopology(c.Connection, vol.GetAccessibleTopology())
+				} else {
+					vol.AccessibleTopology = topology
+				}
 				if src := vol.GetContentSource(); src != nil {
 					vol.ContentSource = wrapSource(c, src)
 				}

@@ -37,14 +37,14 @@ func (p Placement) Decide(c *connection.Connection, req *csi.TopologyRequirement
 // Created is the accessible_topology of a volume c's upstream created
 // for a CreateVolume decided as decision, given what the upstream
 // answered (accessible.Placement.Created); an error is a refusal.
-func (p Placement) Created(c *connection.Connection, decision accessible.Decision, upstream []*csi.Topology) (accessible.Decision, error) {
-	return p.pure().Created(c.File, c.Topology(p.Topology), decision, upstream)
+func (p Placement) Created(c *connection.Connection, decision accessible.Decision, upstream, requisite []*csi.Topology) (accessible.Decision, error) {
+	return p.pure().Created(c.File, c.Topology(p.Topology), decision, upstream, requisite)
 }
 
 // Existing is the accessible_topology reported for an existing volume of
-// c (accessible.Placement.Existing).
-func (p Placement) Existing(c *connection.Connection) []*csi.Topology {
-	return p.pure().Existing(c.Topology(p.Topology)).Topologies()
+// c whose upstream reports upstream (accessible.Placement.Existing).
+func (p Placement) Existing(c *connection.Connection, upstream []*csi.Topology) []*csi.Topology {
+	return p.pure().Existing(c.Topology(p.Topology), upstream).Topologies()
 }
 
 // Admits reports whether c can serve a volume accessible from topology
@@ -101,8 +101,8 @@ func (d *Driver) decide(c *connection.Connection, req *csi.TopologyRequirement) 
 	return d.placement().Decide(c, req)
 }
 
-func (d *Driver) existingTopology(c *connection.Connection) []*csi.Topology {
-	return d.placement().Existing(c)
+func (d *Driver) existingTopology(c *connection.Connection, upstream []*csi.Topology) []*csi.Topology {
+	return d.placement().Existing(c, upstream)
 }
 
 func (d *Driver) admits(c *connection.Connection, topology *csi.Topology) bool {

@@ -93,7 +93,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	if vol := resp.GetVolume(); vol != nil {
 		vol.VolumeId = req.GetVolumeId()
-		vol.AccessibleTopology = d.existingTopology(c.Connection)
+		vol.AccessibleTopology = d.existingTopology(c.Connection, vol.GetAccessibleTopology())
 		if src := vol.GetContentSource(); src != nil {
 			vol.ContentSource = wrapSource(c, src)
 		}

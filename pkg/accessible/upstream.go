@@ -27,29 +27,27 @@ import (
 const upstreamPath = "proxy.perDriver.upstreamTopology"
 
 // UpstreamMap is a connection's upstreamTopology resolved for the proxy's
-// prefix: upstream key → full proxy key, and back. The zero value maps
-// nothing (the upstream's keys are removed from requirements, and an
-// answer in them is refused as widening, SPEC §8).
+// prefix: upstream key → full proxy key, and back. Several upstream keys
+// may name one proxy key (a driver that answers a zone under its own key
+// and under topology.kubernetes.io/zone); translating back sets each of
+// them. The zero value maps nothing (the upstream's keys are removed from
+// requirements, and an answer in them is refused as widening, SPEC §8).
 type UpstreamMap struct {
 	toProxy    map[string]string
-	toUpstream map[string]string
+	toUpstream map[string][]string
 }
 
 // CompileUpstream resolves m (upstream key → proxy key; short proxy keys
-// get the prefix). m should have passed ValidateUpstream; if two upstream
-// keys still name one proxy key, the smaller upstream key is used when
-// translating back, so the result does not depend on map order.
+// get the prefix). m should have passed ValidateUpstream.
 func CompileUpstream(m map[string]string, opts Options) UpstreamMap {
 	if len(m) == 0 {
 		return UpstreamMap{}
 	}
-	u := UpstreamMap{toProxy: make(map[string]string, len(m)), toUpstream: make(map[string]string, len(m))}
+	u := UpstreamMap{toProxy: make(map[string]string, len(m)), toUpstream: make(map[string][]string, len(m))}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		full := labels.FullKey(opts.Prefix, m[k])
 		u.toProxy[k] = full
-		if _, taken := u.toUpstream[full]; !taken {
-			u.toUpstream[full] = k
-		}
+		u.toUpstream[full] = append(u.toUpstream[full], k)
 	}
 	return u
 }
@@ -100,7 +98,7 @@ func (u UpstreamMap) Requirement(req *csi.TopologyRequirement) *csi.TopologyRequ
 func (u UpstreamMap) Term(t *csi.Topology) *csi.Topology {
 	var segs map[string]string
 	for k, v := range t.GetSegments() {
-		if up, ok := u.toUpstream[k]; ok {
+		for _, up := range u.toUpstream[k] {
 			if segs == nil {
 				segs = make(map[string]string, len(t.GetSegments()))
 			}
@@ -270,8 +268,6 @@ func short(s string) string {
 //
 //   - each upstream key is a valid label key (the upstream's key, used
 //     verbatim) and each target, with the prefix for a short key, too;
-//   - no two upstream keys map to one proxy key (requirements could not
-//     be translated back);
 //   - no extra label of the topology list is a target (the answer sets
 //     that label, and the two could disagree);
 //   - no requirement of the topology list names an upstream key that is
@@ -282,7 +278,7 @@ func ValidateUpstream(m map[string]string, entries []Entry, opts Options) error 
 	fail := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s[%q]: %s", upstreamPath, key, fmt.Sprintf(format, args...)))
 	}
-	targets := map[string]string{}
+	targets := map[string]string{} // proxy key -> the first upstream key naming it
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if p := labelKeyProblem(k); p != "" {
 			fail(k, "the upstream key is not a valid label key (%s)", p)
@@ -297,11 +293,9 @@ func ValidateUpstream(m map[string]string, entries []Entry, opts Options) error 
 			fail(k, "target %q is not a valid label key (%s)", full, p)
 			continue
 		}
-		if prev, ok := targets[full]; ok {
-			fail(k, "maps to %q, as %q does: requirements could not be translated back to one upstream key", full, prev)
-			continue
+		if _, ok := targets[full]; !ok {
+			targets[full] = k
 		}
-		targets[full] = k
 	}
 	for i, e := range entries {
 		for _, k := range slices.Sorted(maps.Keys(e.Extra)) {

@@ -182,6 +182,7 @@ func TestCheckExamples(t *testing.T) {
 	code := run([]string{"check", "--config", "../../examples/proxy.yaml", "--connections-folder", "../../examples/connections",
 		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
 	want := `../../examples/proxy.yaml: ok
+../../examples/connections/democratic-csi-local.yaml: warning: node-local: proxy.perDriver.upstreamTopology maps the upstream's answer to org.democratic-csi.topology/node, so each volume stays on the node whose controller (and upstream) creates it and is pinned there; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If the upstream's storage is reachable from more than its node, map its keys to others, or declare where it is reachable in proxy.perDriver.topology
 ../../examples/connections/iscsi-multizone.yaml: warning: proxy.perDriver.topology[0].extra: volumes are usable only on nodes labelled storage.example.com/iscsi=true; the proxy does not report it, so it must be set on the nodes by other means
 ../../examples/connections/local.yaml: warning: node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by org.democratic-csi.topology/node; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If /var/lib/proxy-topology/local is shared storage, declare where it is reachable in proxy.perDriver.topology
 ../../examples/connections/local-zone1.yaml: ok
@@ -190,7 +191,8 @@ func TestCheckExamples(t *testing.T) {
 ../../examples/connections/nfs-zone2.yaml: ok
 ../../examples/connections/nfs-zone3.yaml: ok
 ../../examples/connections/nfs-zones.yaml: ok
-checked 9 files: 7 ok, 2 with warnings, 0 with errors
+../../examples/connections/zonal-disk.yaml: ok
+checked 11 files: 8 ok, 3 with warnings, 0 with errors
 `
 	if code != 0 || stdout.String() != want {
 		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)

@@ -47,15 +47,23 @@ func reportNodeKey(res *nodetopology.Result, ev *nodetopology.Evaluator, nodeLoc
 }
 
 // checkNodeLocal warns about a node-local connection in a deployment not
-// in node-local mode (SPEC §12): its volumes would be created on whatever
-// node the one controller runs on, and pinned there.
+// in node-local mode (SPEC §12, §13): its volumes would be created on
+// whatever node the one controller runs on, and pinned there.
 func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
 	if len(r.errors) > 0 || cfg.Proxy.NodeLocal || c == nil || !connection.IsNodeLocal(c, cfg.Topology.Accessibility()) {
 		return
 	}
+	nodeKey := labels.FullKey(cfg.Topology.Prefix(), nodetopology.TypeNode)
+	mode := "without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node"
+	if c.Driver == config.DriverCSI {
+		r.warnings = append(r.warnings, fmt.Sprintf(
+			"node-local: proxy.perDriver.upstreamTopology maps the upstream's answer to %s, so each volume stays on the node whose controller (and upstream) creates it and is pinned there; %s. If the upstream's storage is reachable from more than its node, map its keys to others, or declare where it is reachable in proxy.perDriver.topology",
+			nodeKey, mode))
+		return
+	}
 	r.warnings = append(r.warnings, fmt.Sprintf(
-		"node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by %s; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If %s is shared storage, declare where it is reachable in proxy.perDriver.topology",
-		labels.FullKey(cfg.Topology.Prefix(), nodetopology.TypeNode), c.LocalHostpath.ShareBasePath))
+		"node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by %s; %s. If %s is shared storage, declare where it is reachable in proxy.perDriver.topology",
+		nodeKey, mode, c.LocalHostpath.ShareBasePath))
 }
 
 // dryRunDecide is the topology command's CreateVolume decision for c, the
@@ -64,7 +72,7 @@ func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
 // node, or refused for another), any other by its topology list.
 func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement) ([]*csi.Topology, error) {
 	if c.NodeLocal(place.Topology) {
-		fmt.Fprintf(stdout, "  node-local (local-hostpath without topology): decided as the controller on node %q\n", place.Host.Name)
+		fmt.Fprintf(stdout, "  node-local (no topology list, volumes stay on one node): decided as the controller on node %q\n", place.Host.Name)
 	}
 	d, err := place.Decide(c, req)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -34,12 +33,10 @@ const (
 	democraticReportEnv = "DEMOCRATIC_CSI_REPORT"
 )
 
-// democraticSkips apply to both runs.
+// democraticSkips apply to both runs. Only what the direct run needs is
+// skipped: a spec whose failure breaks the specs after it. Every other
+// spec runs, and the proxy must fail no spec the driver alone passes.
 var democraticSkips = []SkipSpec{
-	{"should fail when requesting to create a snapshot with already existing name and different source volume ID",
-		"skipped by democratic-csi's own CI for local-hostpath (.github/workflows/main.yml CSI_SANITY_SKIP): its snapshot ids are made from the source volume id and the name"},
-	{"should fail when requesting to create a volume with already existing name and different capacity",
-		"skipped by democratic-csi's own CI for local-hostpath (.github/workflows/main.yml CSI_SANITY_SKIP): a directory has no capacity to differ in"},
 	{"should fail when volume with single node single writer access mode is already mounted at a different target path",
 		"local-hostpath publishes the volume at the second target too (the spec expects FAILED_PRECONDITION) and leaves that bind mount behind, so csi-sanity cannot create its target directory for any later spec: unskipped, this one failure turns into 28 (every later Node Service and ListSnapshots spec), directly and through the proxy alike"},
 }
@@ -116,7 +113,14 @@ func checkDemocratic(src string) error {
 }
 
 // democraticConfig starts democratic-csi's local-hostpath, and in mode
-// "proxy" the proxy in front of it, and returns the suite's configuration.
+// "proxy" the proxy in front of it, and returns the suite's
+// configuration. The proxy runs as a user would run it: the connection
+// file is the one the docs give (examples/connections/
+// democratic-csi-local.yaml, its endpoint pointed at the driver's
+// socket), the main config names the folder and nothing else, and
+// csi-sanity's requests reach the proxy untouched. The connection is
+// named as a StorageClass names it, in the volume parameters csi-sanity
+// sends (its --csi.testvolumeparameters).
 func democraticConfig(t *testing.T, src, mode string) sanity.TestConfig {
 	t.Helper()
 	dir := sanityDir(t)
@@ -127,13 +131,6 @@ func democraticConfig(t *testing.T, src, mode string) sanity.TestConfig {
 	// democratic-csi's CI sizes.
 	cfg.TestVolumeSize = 1 << 30
 	cfg.TestVolumeExpandSize = 2 << 30
-	// local-hostpath answers every volume's accessible_topology (its
-	// node), and the proxy keeps it under type node only for a volume
-	// pinned to a node the request names: creates carry the node's
-	// topology, as the external-provisioner's do. democratic-csi reads no
-	// accessibility_requirements (src/driver/controller-client-common
-	// @8a4a28a), so the direct run is unchanged by them.
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(provisionerRequirements))
 	ids := democraticIDs{}
 	if mode == "direct" {
 		cfg.Address = "unix://" + sock
@@ -144,20 +141,25 @@ func democraticConfig(t *testing.T, src, mode string) sanity.TestConfig {
 	if err := os.MkdirAll(folder, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(folder, matrixConnection+".yaml"),
-		[]byte("driver: csi\ncsi:\n  endpoint: unix://"+sock+"\n  timeout: 60s\n"), 0o640); err != nil {
+	example, err := os.ReadFile(filepath.Join("..", "..", democraticExample))
+	if err != nil {
 		t.Fatal(err)
 	}
-	// local-hostpath's volumes live on the node that made them, and it
-	// says so in accessible_topology: the proxy is run as SPEC §8 says for
-	// such an upstream, with nodeTopology.type node.
+	conn := strings.Replace(string(example), democraticExampleEndpoint, "unix://"+sock, 1)
+	if conn == string(example) {
+		t.Fatalf("%s does not name the endpoint %s any more: update the test", democraticExample, democraticExampleEndpoint)
+	}
+	if err := os.WriteFile(filepath.Join(folder, matrixConnection+".yaml"), []byte(conn), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	mainCfg := filepath.Join(dir, "proxy.yaml")
 	if err := os.WriteFile(mainCfg, []byte(fmt.Sprintf(
-		"driver: proxy\ncsiName: org.democratic-csi.proxy-topology\nproxy:\n  configFolder: %s\n  defaultConnection: %s\n  nodeTopology:\n    type: node\n",
-		folder, matrixConnection)), 0o640); err != nil {
+		"driver: proxy\ncsiName: org.democratic-csi.proxy-topology\nproxy:\n  configFolder: %s\n", folder)), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	proxySock := filepath.Join(dir, "proxy", "csi.sock")
+	// The proxy and democratic-csi get the same node id (sanity-node), as
+	// two containers of one pod both get the node name.
 	startServe(t, os.Getenv(democraticBinEnv), dir, mainCfg, proxySock)
 	cfg.Address = "unix://" + proxySock
 	cfg.TestVolumeParameters = map[string]string{pcsi.ConnectionParameter: matrixConnection}
@@ -165,6 +167,14 @@ func democraticConfig(t *testing.T, src, mode string) sanity.TestConfig {
 	cfg.IDGen = ids
 	return cfg
 }
+
+// democraticExample is the connection file the docs give for
+// democratic-csi's local-hostpath, and democraticExampleEndpoint the
+// endpoint it names.
+const (
+	democraticExample         = "examples/connections/democratic-csi-local.yaml"
+	democraticExampleEndpoint = "unix:///csi/upstreams/democratic-csi-local/csi.sock"
+)
 
 // startDemocratic runs democratic-csi's local-hostpath driver (controller
 // and node) the way its CI does (ci/bin/launch-server.sh), with a base path

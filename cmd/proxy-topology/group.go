@@ -119,7 +119,7 @@ func quoteList(names []string) string {
 // are read as the server reads them (connection.InspectMember) and chosen
 // by the server's own code (pcsi.Placement.ChooseMember), so a node-local
 // member admits only the dry run's node, as it does in the server.
-func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement, terms string, verdict error) error {
+func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connection, req *csi.TopologyRequirement, answer []*csi.Topology, place pcsi.Placement, terms string, verdict error) error {
 	fmt.Fprintf(stdout, "group %q (%s):\n%s", g.Name, g.File, terms)
 	names := g.Members()
 	type asked struct {
@@ -148,7 +148,7 @@ func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connecti
 	}
 	fmt.Fprintf(stdout, "  member: %s\n", m.Name)
 	fmt.Fprintf(stdout, "  why: %s\n", why)
-	top, err := dryRunDecide(stdout, m, req, place)
+	top, err := dryRunDecide(stdout, m, req, answer, place)
 	if err != nil {
 		return dryRunFailed(stdout, err)
 	}

@@ -7,6 +7,10 @@ import (
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/internal/csiclient"
+	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -69,8 +73,12 @@ func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
 // dryRunDecide is the topology command's CreateVolume decision for c, the
 // server's own (pcsi.Placement.Decide): a node-local connection is decided
 // as the controller on the dry run's node would decide it (pinned to that
-// node, or refused for another), any other by its topology list.
-func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, place pcsi.Placement) ([]*csi.Topology, error) {
+// node, or refused for another), any other by its topology list. With an
+// upstream answer (in the upstream's keys) it then shows what the server
+// does with that answer (pcsi.Placement.Created): the requirements the
+// upstream gets, the answer translated by upstreamTopology and checked,
+// or the refusal.
+func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, answer []*csi.Topology, place pcsi.Placement) ([]*csi.Topology, error) {
 	if c.NodeLocal(place.Topology) {
 		fmt.Fprintf(stdout, "  node-local (no topology list, volumes stay on one node): decided as the controller on node %q\n", place.Host.Name)
 	}
@@ -78,5 +86,18 @@ func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyR
 	if err != nil {
 		return nil, err
 	}
-	return d.Topologies(), nil
+	up := c.Topology(place.Topology).Upstream()
+	if !up.Empty() {
+		fmt.Fprintf(stdout, "  requirements sent upstream (proxy.perDriver.upstreamTopology): requisite %s, preferred %s\n",
+			csiclient.FormatTerms(up.Requirement(req).GetRequisite()), csiclient.FormatTerms(up.Requirement(req).GetPreferred()))
+	}
+	if answer == nil {
+		return d.Topologies(), nil
+	}
+	fmt.Fprintf(stdout, "  upstream answers: %s\n", csiclient.FormatTerms(answer))
+	created, err := place.Created(c, d, answer, req.GetRequisite())
+	if err != nil {
+		return nil, status.Errorf(accessible.AnswerCode, "connection %q: %v; the server deletes the upstream volume", c.Name, err)
+	}
+	return created.Topologies(), nil
 }

@@ -46,6 +46,10 @@ type dryRun struct {
 	// preferred term, as the external-provisioner does in strict
 	// WaitForFirstConsumer mode once the scheduler picked the node.
 	NodeTerm bool
+	// UpstreamAnswer (terms k=v,k=v in the upstream's own keys) is the
+	// accessible_topology the connection's upstream answers; the dry run
+	// shows its translation (proxy.perDriver.upstreamTopology, SPEC §13).
+	UpstreamAnswer []string
 }
 
 func (d *dryRun) addFlags(fs *pflag.FlagSet) {
@@ -61,6 +65,7 @@ func (d *dryRun) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&d.Requisite, "requisite", nil, "requisite term `k=v,k=v` (repeatable; terms are ORed; short keys get the prefix)")
 	fs.StringArrayVar(&d.Preferred, "preferred", nil, "preferred term `k=v,k=v` (repeatable, in order)")
 	fs.BoolVar(&d.NodeTerm, "node-term", false, "use the node's segments as the requisite and preferred term (a strict WaitForFirstConsumer claim scheduled onto this node)")
+	fs.StringArrayVar(&d.UpstreamAnswer, "upstream-answer", nil, "term `k=v,k=v` of the upstream's accessible_topology, in its own keys (repeatable): show how the connection's upstreamTopology translates it")
 }
 
 func newTopologyCommand() *cobra.Command {
@@ -73,7 +78,10 @@ with --connection, whether CreateVolume would succeed for that connection and
 the claim's --requisite/--preferred terms (or, with --node-term, the node's
 own segments, as a strict WaitForFirstConsumer claim scheduled onto it
 sends), and the accessible_topology it would return. For a group
-(driver: group) it says which member the claim would reach and why.
+(driver: group) it says which member the claim would reach and why. With
+--upstream-answer, the upstream's own accessible_topology is translated
+by the connection's proxy.perDriver.upstreamTopology and checked as
+CreateVolume checks it.
 Nothing is served and no cluster is needed.
 
 The node's inputs are flags; the node name defaults to what serve would use
@@ -84,6 +92,7 @@ Exit codes: 0 the node has segments (and CreateVolume would succeed),
 		Example: `  proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --file /etc/proxy-topology/region=region1
   proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zone1 --requisite zone=zone2
   proxy-topology topology --config proxy.yaml --node-name worker-zone2-07 --connection nfs-zones --node-term
+  proxy-topology topology --config proxy.yaml --node-name worker-1 --connection democratic-csi-local --upstream-answer org.democratic-csi.topology/node=worker-1
   proxy-topology topology --config proxy.yaml --live --label topology.kubernetes.io/zone=zone1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return d.run(cmd.Context(), cmd.OutOrStdout()) },
@@ -158,6 +167,16 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 		req.Preferred = append(req.Preferred, seg)
 	}
 
+	var answer []*csi.Topology
+	for _, t := range d.UpstreamAnswer {
+		// The upstream's keys are used as written: no prefix.
+		seg, err := csiclient.ParseTerm(t, "")
+		if err != nil {
+			return usagef("--upstream-answer: %v", err)
+		}
+		answer = append(answer, seg)
+	}
+
 	res := ev.Evaluate(in)
 	if d.NodeTerm {
 		if len(req.Requisite)+len(req.Preferred) > 0 {
@@ -210,10 +229,10 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 		return configErrorf("%v", err)
 	}
 	if c.IsGroup() {
-		return dryRunGroup(stdout, src, c, req, place, terms, verdict)
+		return dryRunGroup(stdout, src, c, req, answer, place, terms, verdict)
 	}
 	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, c.File, terms)
-	top, err := dryRunDecide(stdout, c, req, place)
+	top, err := dryRunDecide(stdout, c, req, answer, place)
 	if err != nil {
 		return dryRunFailed(stdout, err)
 	}

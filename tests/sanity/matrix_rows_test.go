@@ -23,10 +23,6 @@ type matrixRow struct {
 	// controllerPublish turns on local-hostpath's ControllerPublish and
 	// the proxy's proxy.controllerPublish.
 	controllerPublish bool
-	// provisionerRequirements gives csi-sanity's CreateVolume calls the
-	// accessibility requirements the external-provisioner would send
-	// (provisionerRequirements), in both runs.
-	provisionerRequirements bool
 	// hungNeighbour adds a second connection, "hung", whose upstream
 	// accepts connections and never answers, with a 1s csi.timeout.
 	hungNeighbour bool
@@ -150,12 +146,15 @@ var matrixRows = []matrixRow{
 		},
 		stage:      true,
 		proxySkips: []SkipSpec{storageHealthSkip},
-		// The driver's volumes live on one node: the proxy is run as SPEC
-		// §8 says for such an upstream, with nodeTopology.type node, and
-		// creates name the node as the external-provisioner's do (without
-		// a node to pin to, the proxy refuses such an upstream's volumes).
-		nodeTopologyType:        "node",
-		provisionerRequirements: true,
+		// The driver's volumes live on one node, and it says so in its own
+		// key: the connection maps that key to the proxy's node key (SPEC
+		// §13), so the connection is node-local and every volume is pinned
+		// to the node (the proxy and the driver share the node id
+		// sanity-node). csi-sanity's requests reach the proxy as it sends
+		// them; what the external-provisioner sends a node-local
+		// connection is covered with the real provisioner in e2e-kube
+		// (TestNodeLocalProvisioning).
+		connectionExtra: "proxy:\n  perDriver:\n    upstreamTopology: {topology.hostpath.csi/node: node}\n",
 	},
 	{
 		name: "own-topology-declared",

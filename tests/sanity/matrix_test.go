@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/internal/testupstream"
@@ -227,9 +226,6 @@ func matrixConfig(t *testing.T, row matrixRow, mode string) sanity.TestConfig {
 	cfg.TestVolumeSize = 64 << 20
 	cfg.TestVolumeExpandSize = 128 << 20
 	ids := matrixIDs{profile: row.profile}
-	if row.provisionerRequirements {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(provisionerRequirements))
-	}
 	if mode == "direct" {
 		cfg.Address = up.Endpoint
 		cfg.IDGen = ids

@@ -89,23 +89,7 @@ func TestAnswer(t *testing.T) {
 				opts = zoneOpts
 			}
 			d, err := CompileSpec(tc.spec, opts).Answer(tc.answer, tc.requisite)
-			if len(tc.msg) > 0 {
-				if err == nil {
-					t.Fatalf("got %v, want a refusal", d.Topologies())
-				}
-				for _, m := range tc.msg {
-					if !strings.Contains(err.Error(), m) {
-						t.Errorf("message %q lacks %q", err, m)
-					}
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, d.Topologies(), protocmp.Transform()); diff != "" {
-				t.Errorf("accessible_topology (-want +got):\n%s", diff)
-			}
+			checkDecision(t, d, err, tc.want, tc.msg)
 		})
 	}
 }
@@ -223,5 +207,28 @@ func TestValidateUpstream(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkDecision checks a decision against want, or, when msgs are given,
+// that err is a refusal whose message holds each of them.
+func checkDecision(t *testing.T, d Decision, err error, want []*csi.Topology, msgs []string) {
+	t.Helper()
+	if len(msgs) > 0 {
+		if err == nil {
+			t.Fatalf("got %v, want a refusal", d.Topologies())
+		}
+		for _, m := range msgs {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("message %q lacks %q", err, m)
+			}
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, d.Topologies(), protocmp.Transform()); diff != "" {
+		t.Errorf("accessible_topology (-want +got):\n%s", diff)
 	}
 }

@@ -19,16 +19,29 @@ const (
 	fakeNodeKey = "fake.example.com/node"
 )
 
-// createWithAnswer serves a fake upstream whose CreateVolume answers
+// createAndCheck serves a fake upstream whose CreateVolume answers
 // answer, behind connection "up" with upstreamTopology m (and topology
-// entries), and returns the proxy and the fake.
-func createWithAnswer(t *testing.T, m map[string]string, entries []accessible.Entry, answer []*csi.Topology) (*testProxy, *fakeUpstream) {
+// entries), creates a volume with requirement req through the proxy, and
+// checks its accessible_topology (want) or its refusal (code, msg). It
+// returns the fake, to look at what it was asked.
+func createAndCheck(t *testing.T, m map[string]string, entries []accessible.Entry, answer []*csi.Topology,
+	req *csi.TopologyRequirement, want []*csi.Topology, code codes.Code, msg []string) *fakeUpstream {
 	t.Helper()
 	f := newFakeUpstream(t)
 	f.setResponse("CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vol-1", AccessibleTopology: answer}})
 	p := startProxy(t)
 	p.add(t, "up", conn{Endpoint: f.Endpoint, Topology: entries, UpstreamTopology: m})
-	return p, f
+	create := createReq("pvc-1", map[string]string{"connection": "up"})
+	create.AccessibilityRequirements = req
+	resp, err := p.Controller.CreateVolume(callCtx(t), create)
+	if code != codes.OK {
+		testkit.WantCode(t, err, code, msg...)
+	} else if err != nil {
+		t.Fatal(err)
+	} else if d := diff(want, resp.GetVolume().GetAccessibleTopology()); d != "" {
+		t.Errorf("accessible_topology (-want +got):\n%s", d)
+	}
+	return f
 }
 
 // TestUpstreamTopologyZonal (SPEC §13): a zonal upstream answering in its
@@ -82,17 +95,7 @@ func TestUpstreamTopologyZonal(t *testing.T) {
 			code: codes.FailedPrecondition, deleted: true, msg: []string{`value "zone two"`, "not a valid label value"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, f := createWithAnswer(t, zonal, tc.entries, tc.answer)
-			req := createReq("pvc-1", map[string]string{"connection": "up"})
-			req.AccessibilityRequirements = tc.req
-			resp, err := p.Controller.CreateVolume(callCtx(t), req)
-			if tc.code != codes.OK {
-				testkit.WantCode(t, err, tc.code, tc.msg...)
-			} else if err != nil {
-				t.Fatal(err)
-			} else if d := diff(tc.want, resp.GetVolume().GetAccessibleTopology()); d != "" {
-				t.Errorf("accessible_topology (-want +got):\n%s", d)
-			}
+			f := createAndCheck(t, zonal, tc.entries, tc.answer, tc.req, tc.want, tc.code, tc.msg)
 			creates := f.requests("CreateVolume")
 			if tc.notAsked {
 				if len(creates) != 0 {
@@ -178,17 +181,7 @@ func TestUpstreamTopologyNodeLocal(t *testing.T) {
 			asked: true, deleted: true, msg: []string{`on node "node-9"`, `runs on node "node-1"`, "the upstream object was deleted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, f := createWithAnswer(t, nodeMap, nil, tc.answer)
-			req := createReq("pvc-1", map[string]string{"connection": "up"})
-			req.AccessibilityRequirements = tc.req
-			resp, err := p.Controller.CreateVolume(callCtx(t), req)
-			if tc.code != codes.OK {
-				testkit.WantCode(t, err, tc.code, tc.msg...)
-			} else if err != nil {
-				t.Fatal(err)
-			} else if d := diff(tc.want, resp.GetVolume().GetAccessibleTopology()); d != "" {
-				t.Errorf("accessible_topology (-want +got):\n%s", d)
-			}
+			f := createAndCheck(t, nodeMap, nil, tc.answer, tc.req, tc.want, tc.code, tc.msg)
 			if n := len(f.requests("CreateVolume")); (n == 1) != tc.asked {
 				t.Errorf("upstream CreateVolume called %d times, want asked: %v", n, tc.asked)
 			}

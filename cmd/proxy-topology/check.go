@@ -286,6 +286,7 @@ func checkConnection(path string, data []byte, ev *nodetopology.Evaluator, produ
 			r.warnings = append(r.warnings, fmt.Sprintf("proxy.perDriver.topology[%d].extra: volumes are usable only on nodes labelled %s; %s", i, label, how))
 		}
 	}
+	checkUpstreamTopology(&r, c, ev, produced)
 	return r, c
 }
 

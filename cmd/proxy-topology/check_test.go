@@ -42,10 +42,11 @@ testdata/check/warnings/connections/iscsi.yaml: warning: proxy.perDriver.topolog
 testdata/check/warnings/connections/rack.yaml: warning: proxy.perDriver.topology[0].requirements["rack"]: no node reports org.democratic-csi.topology/rack (no fromRegexp rule has that key, nor does type cluster): only nodes labelled by other means can use the volumes
 testdata/check/warnings/connections/self.yaml: error: csi.endpoint unix:///run/csi/csi.sock is the proxy's own socket: the proxy refuses the connection (calls would loop back into it)
 testdata/check/warnings/connections/typo.yaml: warning: unknown key csi.timeuot (ignored)
+testdata/check/warnings/connections/zonal.yaml: warning: proxy.perDriver.upstreamTopology["fake.example.com/rack"]: no node reports org.democratic-csi.topology/rack (no fromRegexp rule has that key, nor does type cluster): volumes the upstream places are usable only on nodes labelled by other means
 testdata/check/warnings/connections/_private.yaml: warning: ignored by the proxy: connection name "_private" has invalid character '_' at byte 0 (allowed: letters, digits, and . _ - after the first)
 testdata/check/warnings/connections/old.yml: warning: ignored by the proxy, which reads only <connection>.yaml; rename it to old.yaml
-advertised capabilities (auto, from 1 of 4 connections): controller service: yes; controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi (Unavailable), typo (Unavailable)
-checked 7 files: 0 ok, 6 with warnings, 1 with errors
+advertised capabilities (auto, from 1 of 5 connections): controller service: yes; controller: CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, LIST_VOLUMES, CLONE_VOLUME, EXPAND_VOLUME, GET_CAPACITY, GET_VOLUME, GET_SNAPSHOT, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; node: GET_VOLUME_STATS, EXPAND_VOLUME, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER; volume expansion: ONLINE; unconfirmed, so adding nothing: iscsi (Unavailable), typo (Unavailable), zonal (Unavailable)
+checked 8 files: 0 ok, 7 with warnings, 1 with errors
 `,
 		},
 		{
@@ -54,6 +55,7 @@ checked 7 files: 0 ok, 6 with warnings, 1 with errors
 testdata/check/broken/connections/bad-endpoint.yaml: error: csi.endpoint: "http://nfs.example.com:2049": only unix:// and host:port endpoints are supported
 testdata/check/broken/connections/bad-timeout.yaml: error: yaml: unmarshal errors: line 4: cannot unmarshal !!str ` + "`soon`" + ` into time.Duration
 testdata/check/broken/connections/bad-topology.yaml: error: local-hostpath.shareBasePath: must be an absolute path, got "relative/path"; proxy.perDriver.topology[0].requirements["zone"]: value "Zone 1!" is not a valid label value (a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')); proxy.perDriver.topology[0].extra["bad key"]: not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')); proxy.perDriver.topology[1]: requirements and extra are both empty
+testdata/check/broken/connections/bad-upstream.yaml: error: proxy.perDriver.upstreamTopology["bad key!"]: the upstream key is not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')); proxy.perDriver.topology[0].extra["org.democratic-csi.topology/zone"]: the label is also the target of proxy.perDriver.upstreamTopology["fake.example.com/zone"], so the upstream's answer sets it; drop it from extra
 testdata/check/broken/connections/bad-yaml.yaml: error: yaml: line 2: did not find expected ',' or ']'
 testdata/check/broken/connections/empty.yaml: error: driver: required (csi or local-hostpath)
 testdata/check/broken/connections/fine.yaml: ok
@@ -63,7 +65,7 @@ testdata/check/broken/connections/relative-socket.yaml: error: csi.endpoint: "un
 testdata/check/broken/connections/typo-topology.yaml: error: proxy.perDriver.topolgy: unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)
 testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath
 advertised capabilities (auto, from 0 of 1 connections): controller service: no; controller: none; node: none; volume expansion: none; unconfirmed, so adding nothing: fine (Unavailable)
-checked 12 files: 2 ok, 0 with warnings, 10 with errors
+checked 13 files: 2 ok, 0 with warnings, 11 with errors
 `,
 		},
 		{

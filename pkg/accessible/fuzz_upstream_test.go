@@ -1,0 +1,73 @@
+package accessible
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzAnswer checks upstreamTopology's rules on arbitrary maps, answers
+// and requirements: no panic; the inputs are never changed; an accepted
+// answer uses only the proxy's keys (every key a map target, a narrowing
+// requisite key, or an entry's segment) with valid label values, and lies
+// inside the requisite (some requisite term agrees with each topology on
+// their shared keys); a requirement sent upstream uses only upstream keys
+// of the map.
+func FuzzAnswer(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 1, 2, 3, 1, 0, 2, 1, 2, 1, 5, 0})
+	f.Add([]byte{0, 2, 2, 0, 4, 6, 0, 3, 1, 3, 1, 4, 2, 2, 1, 6, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, entries, opts := decodeFuzz(data)
+		in := &fuzzInput{data: data[min(len(data), len(data)/2):]}
+		m := in.pairs(int(in.byte()%4), fuzzKeys)
+		answer := in.terms()
+		if ValidateUpstream(m, entries, opts) != nil || Validate(entries, opts) != nil {
+			return // the server never loads such a file
+		}
+		before := proto.Clone(&csi.TopologyRequirement{Requisite: answer})
+		reqBefore := proto.Clone(req)
+		mBefore := maps.Clone(m)
+		c := CompileSpec(Spec{Entries: entries, Upstream: m}, opts)
+		d, err := c.Answer(answer, req.GetRequisite())
+		up := c.Upstream().Requirement(req)
+		if !proto.Equal(before, &csi.TopologyRequirement{Requisite: answer}) || !proto.Equal(reqBefore, req) || !maps.Equal(mBefore, m) {
+			t.Fatal("an input was changed")
+		}
+		for _, list := range [][]*csi.Topology{up.GetRequisite(), up.GetPreferred()} {
+			for _, term := range list {
+				for k := range term.GetSegments() {
+					if _, ok := m[k]; !ok {
+						t.Fatalf("requirement sent upstream has key %q, which is no upstream key of %v", k, m)
+					}
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+		for _, top := range d.Topologies() {
+			for k, v := range top.GetSegments() {
+				if p := labelValueProblem(v); p != "" {
+					t.Fatalf("accepted answer has value %q for %q: %s", v, k, p)
+				}
+			}
+			if len(req.GetRequisite()) > 0 && !slices.ContainsFunc(req.GetRequisite(), func(q *csi.Topology) bool { return agrees(q, top) }) {
+				t.Fatalf("accepted answer %v lies outside the requisite %v", top, req.GetRequisite())
+			}
+		}
+	})
+}
+
+// agrees reports whether two topologies have the same value for every key
+// both carry.
+func agrees(a, b *csi.Topology) bool {
+	for k, v := range a.GetSegments() {
+		if w, ok := b.GetSegments()[k]; ok && w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -210,7 +210,7 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 	var checked []checkResult
 	for _, f := range files {
 		// Each file is read once and parsed once, as the kind it says it is.
-		data, err := os.ReadFile(f.path)
+		data, err := config.ReadFile(f.path)
 		switch {
 		case err != nil:
 			checked = append(checked, checkResult{path: f.path, errors: []string{unwrapPath(err)}})

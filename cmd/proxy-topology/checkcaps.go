@@ -69,7 +69,7 @@ func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeo
 			continue
 		}
 		path := filepath.Join(folder, de.Name())
-		data, err := os.ReadFile(path)
+		data, err := config.ReadFile(path)
 		if err != nil {
 			continue
 		}

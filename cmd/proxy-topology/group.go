@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -49,7 +48,7 @@ func checkGroupFile(path, name string, data []byte, folder string, opts accessib
 		}
 		key := fmt.Sprintf("group.members[%d]", i)
 		mpath := filepath.Join(folder, m+".yaml")
-		mdata, err := os.ReadFile(mpath)
+		mdata, err := config.ReadFile(mpath)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			r.errors = append(r.errors, fmt.Sprintf("%s: connection %q has no file %s: calls that need it fail until it exists", key, m, mpath))

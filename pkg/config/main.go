@@ -161,9 +161,9 @@ type Loaded struct {
 	Topology *nodetopology.Evaluator
 }
 
-// LoadMainFile reads and validates a main config file.
+// LoadMainFile reads (ReadFile) and validates a main config file.
 func LoadMainFile(path string) (*Loaded, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}

@@ -32,18 +32,18 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 					f.Close()
 				}
 			})
-		}, "is not a regular file (mode p"},
+		}, "not a regular file (a named pipe, mode p"},
 		{"device", func(t *testing.T, path string) {
 			if err := os.Symlink("/dev/null", path); err != nil {
 				t.Fatal(err)
 			}
-		}, "is not a regular file (mode Dc"},
+		}, "not a regular file (a character device, mode Dc"},
 		{"over the limit", func(t *testing.T, path string) {
 			data := []byte(connA + "# " + strings.Repeat("x", MaxFileSize) + "\n")
 			if err := os.WriteFile(path, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, "is larger than the 1024 KiB limit for a connection file"},
+		}, "larger than the 1024 KiB limit for a config file"},
 	}
 	for _, mode := range cacheModes {
 		for _, tt := range tests {

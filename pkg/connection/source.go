@@ -1,8 +1,6 @@
 package connection
 
 import (
-	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -92,41 +91,12 @@ func (f *FolderSource) Describe(name string) string { return f.path(name) }
 // String names the folder.
 func (f *FolderSource) String() string { return "folder " + f.dir }
 
-// MaxFileSize bounds a connection file. A Kubernetes Secret holds at most
-// 1 MiB in all, and a file name pointed by mistake at a log, a device or a
-// FIFO must fail its connection, not fill the proxy's memory or block it.
-const MaxFileSize = 1 << 20
+// MaxFileSize bounds a connection file (config.MaxFileSize).
+const MaxFileSize = config.MaxFileSize
 
-// Read reads the file if it is a regular file of at most MaxFileSize.
-func (f *FolderSource) Read(name string) ([]byte, error) {
-	path := f.path(name)
-	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-	// writer forever. It changes nothing for a regular file.
-	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	fi, err := file.Stat()
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case fi.IsDir():
-		return nil, &fs.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file (mode %v)", path, fi.Mode().Type())
-	}
-	// Size from Stat is not trusted: the file may grow while it is read.
-	data, err := io.ReadAll(io.LimitReader(file, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s is larger than the %d KiB limit for a connection file", path, MaxFileSize>>10)
-	}
-	return data, nil
-}
+// Read reads the file through config.ReadFile: a regular file of at most
+// MaxFileSize, never blocking on a FIFO.
+func (f *FolderSource) Read(name string) ([]byte, error) { return config.ReadFile(f.path(name)) }
 
 // racyWindow bounds the timestamp granularity trusted: a file whose ctime
 // is at least this far in the past cannot be rewritten without its stamp

@@ -45,7 +45,7 @@ var faultReasons = []string{
 	"is only valid in the main config",       // driver: proxy
 	`csi.endpoint: "Unix:relative.sock"`,     // an endpoint that is no endpoint
 	"is a directory",                         // replaced by a directory
-	"is not a regular file",                  // replaced by a FIFO
+	"not a regular file",                     // replaced by a FIFO
 	"csi.endpoint: required for driver: csi", // cut before the endpoint
 }
 

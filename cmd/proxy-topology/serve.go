@@ -362,9 +362,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		res := ev.Evaluate(in)
 		reportNodeKey(&res, ev, cfg.Proxy.NodeLocal, o.NodeID, store, log)
 		x.nodeTopology(res)
-		for _, r := range res.Rules {
-			log.Debug("node topology rule", "index", r.Index, "key", r.Key, "status", r.Status, "value", r.Value, "reason", r.Reason)
-		}
+		res.Log(log)
 		opts.NodeSegments, opts.NodeTopologyErr = res.Segments, res.Err()
 		if opts.NodeTopologyErr != nil {
 			log.Error("node reports no topology segment; NodeGetInfo will fail until the rules are fixed", "error", opts.NodeTopologyErr)

@@ -537,7 +537,7 @@ func TestBrokenConnectionsAndSocket(t *testing.T) {
 		conn string
 		want []string
 	}{
-		{"broken", []string{`connection "broken"`, "broken.yaml", "line 4: cannot unmarshal !!str `(secret)` into map[string]string"}},
+		{"broken", []string{`connection "broken"`, "broken.yaml", "csi.secrets: line 4: want a mapping of names to strings; got a string"}},
 		{"relative", []string{`connection "relative"`, `csi.endpoint: "Unix:relative.sock": port "relative.sock" is not a number`}},
 	}
 	for _, tt := range tests {

@@ -53,17 +53,17 @@ checked 8 files: 0 ok, 7 with warnings, 1 with errors
 			name: "broken connection files", args: dir("broken"), code: 1,
 			stdout: `testdata/check/broken/proxy.yaml: ok
 testdata/check/broken/connections/bad-endpoint.yaml: error: csi.endpoint: "http://nfs.example.com:2049": only unix:// and host:port endpoints are supported
-testdata/check/broken/connections/bad-timeout.yaml: error: yaml: unmarshal errors: line 4: cannot unmarshal !!str ` + "`soon`" + ` into time.Duration
+testdata/check/broken/connections/bad-timeout.yaml: error: csi.timeout: line 4: want a duration with a unit, such as 30s or 2m; got a string ("soon")
 testdata/check/broken/connections/bad-topology.yaml: error: local-hostpath.shareBasePath: must be an absolute path, got "relative/path"; proxy.perDriver.topology[0].requirements["zone"]: value "Zone 1!" is not a valid label value (a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')); proxy.perDriver.topology[0].extra["bad key"]: not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')); proxy.perDriver.topology[1]: requirements and extra are both empty
 testdata/check/broken/connections/bad-upstream.yaml: error: proxy.perDriver.upstreamTopology["bad key!"]: the upstream key is not a valid label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')); proxy.perDriver.topology[0].extra["org.democratic-csi.topology/zone"]: the label is also the target of proxy.perDriver.upstreamTopology["fake.example.com/zone"], so the upstream's answer sets it; drop it from extra
 testdata/check/broken/connections/bad-yaml.yaml: error: yaml: line 2: did not find expected ',' or ']'
-testdata/check/broken/connections/empty.yaml: error: driver: required (csi or local-hostpath)
+testdata/check/broken/connections/empty.yaml: error: driver: required (csi, local-hostpath or group)
 testdata/check/broken/connections/fine.yaml: ok
 testdata/check/broken/connections/misspelt.yaml: error: csi.endpoint: required for driver: csi; warning: unknown key csi.endpiont (ignored)
 testdata/check/broken/connections/nested-proxy.yaml: error: driver: proxy is only valid in the main config (a connection cannot be another proxy)
 testdata/check/broken/connections/relative-socket.yaml: error: csi.endpoint: "unix://csi.sock": unix endpoint needs an absolute path (unix:///path/to/csi.sock); csi.nodeEndpoint: "nfs-node" is neither unix:///path nor host:port
 testdata/check/broken/connections/typo-topology.yaml: error: proxy.perDriver.topolgy: unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)
-testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath
+testdata/check/broken/connections/unknown-driver.yaml: error: driver: "nfs" is not one of csi, local-hostpath, group
 advertised capabilities (auto, from 0 of 1 connections): controller service: no; controller: none; node: none; volume expansion: none; unconfirmed, so adding nothing: fine (Unavailable)
 checked 13 files: 2 ok, 0 with warnings, 11 with errors
 `,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -125,6 +126,9 @@ func parseConnection(file string, data []byte, doc *yaml.Node, dec *yaml.Decoder
 	// "driver: required" rather than a bare EOF.
 	if doc.Kind != 0 {
 		if err := doc.Decode(&c); err != nil {
+			if errs := shapeErrors(doc, reflect.TypeOf(c), "csi.secrets"); len(errs) > 0 {
+				return nil, nil, fmt.Errorf("file %s: %w", file, errors.Join(errs...))
+			}
 			return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 		}
 	}
@@ -169,9 +173,9 @@ func (c *Connection) Validate(topo accessible.Options) error {
 	case DriverProxy:
 		add("driver", "proxy is only valid in the main config (a connection cannot be another proxy)")
 	case "":
-		add("driver", "required (csi or local-hostpath)")
+		add("driver", "required (csi, local-hostpath or group)")
 	default:
-		add("driver", "%q is not one of csi, local-hostpath", c.Driver)
+		add("driver", "%q is not one of csi, local-hostpath, group", c.Driver)
 	}
 	if tpl := c.Proxy.PerDriver.NodeID.Template; tpl != "" {
 		rest := strings.ReplaceAll(tpl, NodeNamePlaceholder, "")

@@ -222,17 +222,17 @@ func TestParseConnectionErrors(t *testing.T) {
 		{
 			name: "empty file",
 			yml:  "",
-			want: []string{"driver: required (csi or local-hostpath)"},
+			want: []string{"driver: required (csi, local-hostpath or group)"},
 		},
 		{
 			name: "only comments",
 			yml:  "# driver: csi\n",
-			want: []string{"driver: required (csi or local-hostpath)"},
+			want: []string{"driver: required (csi, local-hostpath or group)"},
 		},
 		{
 			name: "driver missing",
 			yml:  "csi:\n  endpoint: unix:///csi.sock\n",
-			want: []string{"driver: required (csi or local-hostpath)"},
+			want: []string{"driver: required (csi, local-hostpath or group)"},
 		},
 		{
 			name: "driver proxy: no proxy on proxy",
@@ -242,7 +242,7 @@ func TestParseConnectionErrors(t *testing.T) {
 		{
 			name: "unknown driver",
 			yml:  "driver: nfs\n",
-			want: []string{`driver: "nfs" is not one of csi, local-hostpath`},
+			want: []string{`driver: "nfs" is not one of csi, local-hostpath, group`},
 		},
 		{
 			name: "csi without endpoint",
@@ -354,14 +354,17 @@ proxy:
 func TestParseConnectionYAMLErrors(t *testing.T) {
 	tests := []struct{ name, yml, want string }{
 		{"syntax", "driver: [csi\n", "yaml: line 1: did not find expected ',' or ']'"},
-		{"list document", "- driver: csi\n", "yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into config.Connection"},
-		{"scalar document", "csi\n", "yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `csi` into config.Connection"},
+		{"list document", "- driver: csi\n", "the file: line 1: want a mapping with the keys driver, csi, local-hostpath, proxy; got a list"},
+		{"scalar document", "csi\n", "the file: line 1: want a mapping with the keys driver, csi, local-hostpath, proxy; got a string (\"csi\")"},
 		{"duplicate key", "driver: csi\ndriver: proxy\n", "yaml: unmarshal errors:\n  line 2: mapping key \"driver\" already defined at line 1"},
 		// A bare number is ambiguous (seconds? nanoseconds?); the message
 		// points at the line.
-		{"timeout without a unit", "driver: csi\ncsi:\n  endpoint: unix:///s\n  timeout: 30\n", "yaml: unmarshal errors:\n  line 4: cannot unmarshal !!int `30` into time.Duration"},
-		{"timeout that is not a duration", "driver: csi\ncsi:\n  endpoint: unix:///s\n  timeout: soon\n", "yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `soon` into time.Duration"},
-		{"parameters as a list", "driver: csi\ncsi:\n  endpoint: unix:///s\n  parameters: [a]\n", "yaml: unmarshal errors:\n  line 4: cannot unmarshal !!seq into map[string]string"},
+		{"timeout without a unit", "driver: csi\ncsi:\n  endpoint: unix:///s\n  timeout: 30\n", "csi.timeout: line 4: want a duration with a unit, such as 30s or 2m; got a number (\"30\")"},
+		{"timeout that is not a duration", "driver: csi\ncsi:\n  endpoint: unix:///s\n  timeout: soon\n", "csi.timeout: line 4: want a duration with a unit, such as 30s or 2m; got a string (\"soon\")"},
+		{"parameters as a list", "driver: csi\ncsi:\n  endpoint: unix:///s\n  parameters: [a]\n", "csi.parameters: line 4: want a mapping of names to strings; got a list"},
+		{"topology as a string", "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    topology: zone1\n", "proxy.perDriver.topology: line 6: want a list, each item a mapping with the keys requirements, extra; got a string (\"zone1\")"},
+		{"requirements as a list", "driver: csi\ncsi:\n  endpoint: unix:///s\nproxy:\n  perDriver:\n    topology:\n    - requirements: [zone1]\n", "proxy.perDriver.topology[0].requirements: line 7: want a mapping of names to strings; got a list"},
+		{"every type error at once", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: /x\n  stage: maybe\n  controllerPublish: [yes]\n", "local-hostpath.stage: line 4: want true or false; got a string (\"maybe\")\nlocal-hostpath.controllerPublish: line 5: want true or false; got a list"},
 		{"second document", "driver: csi\ncsi:\n  endpoint: unix:///s\n---\ndriver: proxy\n", "line 4: a second YAML document; a connection file holds exactly one"},
 		{"broken second document", "driver: csi\ncsi:\n  endpoint: unix:///s\n---\ndriver: [\n", "yaml: line 5: did not find expected node content"},
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 
 	"go.yaml.in/yaml/v3"
@@ -76,6 +77,12 @@ func ParseGroup(file string, data []byte) (*Group, error) {
 // be silently ignored, and a topology written on a group would look like
 // it restricts the group while the members' topology decides.
 func groupDecodeError(err error, data []byte) error {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) == nil {
+		if errs := shapeErrors(&doc, reflect.TypeOf(Group{}), ""); len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+	}
 	var raw map[string]any
 	if yaml.Unmarshal(data, &raw) != nil {
 		return err

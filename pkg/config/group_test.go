@@ -27,7 +27,7 @@ func TestParseGroup(t *testing.T) {
 		{name: "another driver's keys", data: "driver: group\ngroup: {members: [a]}\ncsi: {endpoint: unix:///x.sock}\n",
 			errs: []string{"csi: not a key of a group file"}},
 		{name: "misspelt members", data: "driver: group\ngroup: {member: [a]}\n", errs: []string{"group.member: unknown key"}},
-		{name: "members not a list", data: "driver: group\ngroup: {members: a}\n", errs: []string{"file g.yaml:", "cannot unmarshal"}},
+		{name: "members not a list", data: "driver: group\ngroup: {members: a}\n", errs: []string{"file g.yaml:", `group.members: line 2: want a list, each item a string; got a string ("a")`}},
 		{name: "second document", data: "driver: group\ngroup: {members: [a]}\n---\ndriver: csi\n", errs: []string{"a second YAML document"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -178,6 +178,9 @@ func LoadMainFile(path string) (*Loaded, error) {
 func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 	k := koanf.New(".")
 	if err := k.Load(rawbytes.Provider(data), yaml.Parser()); err != nil {
+		if errs := mainShapeErrors(data); len(errs) > 0 {
+			return nil, fmt.Errorf("config %s: %w", name, errors.Join(errs...))
+		}
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	known := knownKeys(reflect.TypeOf(Main{}), "")
@@ -212,6 +215,11 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 
 	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
 	if err := k.UnmarshalWithConf("", &m, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		// Named by key and shape in YAML terms where the file is at
+		// fault; an env override's value keeps koanf's message.
+		if errs := mainShapeErrors(data); len(errs) > 0 {
+			return nil, fmt.Errorf("config %s: %w", name, errors.Join(errs...))
+		}
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	if m.Driver == "" {

@@ -199,7 +199,7 @@ func TestLoadMainErrors(t *testing.T) {
 		{
 			name: "cacheTimeoutMinutes not a number",
 			yml:  minimal + "  cacheTimeoutMinutes: soon\n",
-			want: []string{"decoding failed due to the following error(s):", "", "'proxy.cacheTimeoutMinutes' cannot parse value as 'int': strconv.ParseInt: invalid syntax"},
+			want: []string{`proxy.cacheTimeoutMinutes: line 3: want a whole number; got a string ("soon")`},
 		},
 		{
 			name: "defaultConnection with a slash",
@@ -234,7 +234,12 @@ func TestLoadMainErrors(t *testing.T) {
 		{
 			name: "rule that is not a mapping",
 			yml:  minimal + "  nodeTopology:\n    fromRegexp:\n    - zone\n",
-			want: []string{"decoding failed due to the following error(s):", "", `'proxy.nodeTopology.fromRegexp[0]' expected a map or struct, got "string"`},
+			want: []string{`proxy.nodeTopology.fromRegexp[0]: line 5: want a mapping with the keys topologyKey, source, envName, file, label, regex, template; got a string ("zone")`},
+		},
+		{
+			name: "every type error at once, named by key",
+			yml:  minimal + "  nodeLocal: maybe\n  maxVolumesPerNode: [3]\n  maxIdLength: \"100\"\n",
+			want: []string{`proxy.nodeLocal: line 3: want true or false; got a string ("maybe")`, `proxy.maxVolumesPerNode: line 4: want a whole number; got a list`},
 		},
 		{
 			name: "csiName",
@@ -335,8 +340,8 @@ func TestLoadMainInvalidYAML(t *testing.T) {
 	}{
 		{"unclosed flow sequence", "driver: [proxy\n", "yaml: line 1: did not find expected ',' or ']'"},
 		{"tab indentation", "proxy:\n\tconfigFolder: /x\n", "yaml: line 2: found character that cannot start any token"},
-		{"scalar document", "proxy\n", "yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `proxy` into map[string]interface {}"},
-		{"list document", "- proxy\n", "yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into map[string]interface {}"},
+		{"scalar document", "proxy\n", `the file: line 1: want a mapping with the keys driver, csiName, proxy, local-hostpath; got a string ("proxy")`},
+		{"list document", "- proxy\n", "the file: line 1: want a mapping with the keys driver, csiName, proxy, local-hostpath; got a list"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,13 +18,13 @@ func TestParseConnectionHidesSecrets(t *testing.T) {
 		secrets   []string // values (or the prefix yaml.v3 shows) that must not appear
 		want      string   // the message still says what is wrong
 	}{
-		{"scalar instead of a map", head + "  secrets: pw=hunter2\n", []string{"hunter2"}, "line 4: cannot unmarshal !!str `(secret)` into map[string]string"},
-		{"long scalar instead of a map", head + "  secrets: password=correct-horse-battery\n", []string{"passwor", "correct-horse"}, "line 4: cannot unmarshal !!str `(secret)` into map[string]string"},
+		{"scalar instead of a map", head + "  secrets: pw=hunter2\n", []string{"hunter2"}, "csi.secrets: line 4: want a mapping of names to strings; got a string"},
+		{"long scalar instead of a map", head + "  secrets: password=correct-horse-battery\n", []string{"passwor", "correct-horse"}, "csi.secrets: line 4: want a mapping of names to strings; got a string"},
 		{"tagged value", head + "  secrets:\n    pw: !!int hunter2\n", []string{"hunter2"}, "cannot decode !!str `(secret)` as a !!int"},
 		{"tagged long value", head + "  secrets:\n    pw: !!float correct-horse-battery\n", []string{"correct"}, "cannot decode !!str `(secret)` as a !!float"},
-		{"list instead of a map", head + "  secrets:\n  - hunter2\n", []string{"hunter2"}, "cannot unmarshal !!seq into map[string]string"},
-		{"aliased value", head + "  secrets: &s pw=hunter2\n  parameters: *s\n", []string{"hunter2"}, "cannot unmarshal !!str `(secret)` into map[string]string"},
-		{"recursive alias", head + "  secrets: &s\n    pw: *s\n", nil, "cannot unmarshal !!map into string"},
+		{"list instead of a map", head + "  secrets:\n  - hunter2\n", []string{"hunter2"}, "csi.secrets: line 5: want a mapping of names to strings; got a list"},
+		{"aliased value", head + "  secrets: &s pw=hunter2\n  parameters: *s\n", []string{"hunter2"}, "csi.secrets: line 4: want a mapping of names to strings; got a string"},
+		{"recursive alias", head + "  secrets: &s\n    pw: *s\n", nil, `csi.secrets["pw"]: line 5: want a string; got a mapping`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,7 +44,7 @@ func TestParseConnectionHidesSecrets(t *testing.T) {
 	}
 	// Other values are still shown: they are what the admin must fix.
 	_, _, err := ParseConnection("c.yaml", []byte(head+"  timeout: 5 minutes\n  secrets: {pw: hunter2}\n"), accessible.Options{Prefix: "p.example.com", Type: "zone"})
-	if err == nil || !strings.Contains(err.Error(), "`5 minutes`") {
+	if err == nil || !strings.Contains(err.Error(), `csi.timeout: line 4: want a duration with a unit, such as 30s or 2m; got a string ("5 minutes")`) {
 		t.Errorf("timeout error %v does not show the bad value", err)
 	}
 }

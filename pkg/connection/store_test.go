@@ -123,7 +123,7 @@ func TestGetBroken(t *testing.T) {
 	}{
 		{"invalid YAML", "driver: [csi\n", "yaml: line 1: did not find expected ',' or ']'"},
 		{"invalid config", "driver: proxy\n", "driver: proxy is only valid in the main config"},
-		{"empty file", "", "driver: required (csi or local-hostpath)"},
+		{"empty file", "", "driver: required (csi, local-hostpath or group)"},
 		{"bad endpoint", "driver: csi\ncsi:\n  endpoint: http://x\n", `csi.endpoint: "http://x": only unix:// and host:port endpoints are supported`},
 	}
 	for _, mode := range cacheModes {

@@ -41,7 +41,8 @@ var faultReasons = []string{
 	"has no file",                            // deleted
 	"driver: required",                       // truncated, or cut before "driver"
 	"is not one of csi, local-hostpath",      // cut inside a driver name
-	"yaml: ",                                 // invalid YAML, or cut to a scalar
+	"yaml: ",                                 // invalid YAML
+	"; got ",                                 // cut to a value of the wrong shape ("the file: line 1: want a mapping …; got a string")
 	"is only valid in the main config",       // driver: proxy
 	`csi.endpoint: "Unix:relative.sock"`,     // an endpoint that is no endpoint
 	"is a directory",                         // replaced by a directory

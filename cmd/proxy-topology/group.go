@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -17,6 +18,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
@@ -35,15 +37,20 @@ func checkGroupFile(path, name string, data []byte, folder string, opts accessib
 	g, err := config.ParseGroup(path, data)
 	if err != nil {
 		r.errors = flatten(err.Error(), "file "+path+": ")
-		return r
+		if g == nil {
+			return r
+		}
 	}
+	// Every member's problem is reported at once: an invalid name
+	// (reported above) hides no member that is missing, a group, or the
+	// group itself.
 	if i := g.SelfMember(name); i >= 0 {
 		r.errors = append(r.errors, fmt.Sprintf("group.members[%d]: the group %q lists itself; members must be ordinary connections", i, name))
 	}
 	members := g.Group.Members
 	loaded := make([]*config.Connection, len(members))
 	for i, m := range members {
-		if m == name {
+		if m == name || ids.ValidateConnectionName(m) != nil || slices.Index(members, m) < i {
 			continue
 		}
 		key := fmt.Sprintf("group.members[%d]", i)
@@ -67,6 +74,7 @@ func checkGroupFile(path, name string, data []byte, folder string, opts accessib
 		}
 		loaded[i] = c
 	}
+	slices.SortStableFunc(r.errors, func(a, b string) int { return memberIndex(a) - memberIndex(b) })
 	for i, c := range loaded {
 		if c == nil {
 			continue
@@ -179,4 +187,13 @@ func printAccessible(stdout io.Writer, top []*csi.Topology) {
 func nodeTerm(segments map[string]string) *csi.TopologyRequirement {
 	t := &csi.Topology{Segments: maps.Clone(segments)}
 	return &csi.TopologyRequirement{Requisite: []*csi.Topology{t}, Preferred: []*csi.Topology{t}}
+}
+
+// memberIndex is N of an error about group.members[N], -1 for any other.
+func memberIndex(msg string) int {
+	var i int
+	if _, err := fmt.Sscanf(msg, "group.members[%d]", &i); err != nil {
+		return -1
+	}
+	return i
 }

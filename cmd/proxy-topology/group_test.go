@@ -10,12 +10,15 @@ import (
 // proxy would find them, and says which member wins where members overlap.
 // A node-local member first (local-first) is no member without topology:
 // it admits only its controller's node, so the members after it are used.
+// A group with every kind of member problem (all-wrong) gets them all in
+// one line, in member order: an invalid name hides none of the others.
 func TestCheckGroups(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"check", "--config", "testdata/check/groups/proxy.yaml", "--connections-folder", "testdata/check/groups/connections",
 		"--csi-endpoint=unix:///run/csi/csi.sock"}, &stdout, &stderr)
 	const d = "testdata/check/groups/connections/"
 	want := `testdata/check/groups/proxy.yaml: ok
+` + d + `all-wrong.yaml: error: group.members[0]: connection name "../x" has invalid character '.' at byte 0 (allowed: letters, digits, and . _ - after the first); group.members[1]: connection "nas-zone4" has no file ` + d + `nas-zone4.yaml: calls that need it fail until it exists; group.members[2]: "zones" is itself a group; a group's members must be ordinary connections; group.members[3]: the group "all-wrong" lists itself; members must be ordinary connections; group.members[5]: "nas-zone1" is already group.members[4]
 ` + d + `anywhere-first.yaml: warning: group.members[1]: "nfs-anywhere" declares no topology, so it admits every claim: "nas-zone3" after it is never chosen; put it last
 ` + d + `local-first.yaml: ok
 ` + d + `missing-member.yaml: error: group.members[1]: connection "nas-zone4" has no file ` + d + `nas-zone4.yaml: calls that need it fail until it exists
@@ -23,14 +26,14 @@ func TestCheckGroups(t *testing.T) {
 ` + d + `nas-zone1.yaml: ok
 ` + d + `nas-zone2.yaml: ok
 ` + d + `nas-zone3.yaml: ok
-` + d + `nested-self.yaml: error: group.members[3]: the group "nested-self" lists itself; members must be ordinary connections; group.members[1]: connection "nas-zone4" has no file ` + d + `nas-zone4.yaml: calls that need it fail until it exists; group.members[2]: "zones" is itself a group; a group's members must be ordinary connections
+` + d + `nested-self.yaml: error: group.members[1]: connection "nas-zone4" has no file ` + d + `nas-zone4.yaml: calls that need it fail until it exists; group.members[2]: "zones" is itself a group; a group's members must be ordinary connections; group.members[3]: the group "nested-self" lists itself; members must be ordinary connections
 ` + d + `nfs-anywhere.yaml: ok
 ` + d + `node-disk.yaml: warning: node-local: a local-hostpath connection without proxy.perDriver.topology keeps each volume on the disk of the node whose controller creates it, and pins the volume there by org.democratic-csi.topology/node; without the node-local deployment mode (proxy.nodeLocal: true, a controller and a --node-deployment provisioner on every node; docs/kubernetes.md) every volume lands on the one controller's node. If /var/lib/proxy-topology/node-disk is shared storage, declare where it is reachable in proxy.perDriver.topology
 ` + d + `overlap.yaml: warning: group.members[1]: "nas-zone2" serves [{org.democratic-csi.topology/zone=zone2}] (its proxy.perDriver.topology[0]), and so does "nas-12" (group.members[0]), which comes first: claims for it go to "nas-12"
 ` + d + `with-fallback.yaml: ok
 ` + d + `with-topology.yaml: error: proxy: not a key of a group file (driver: group has only group.members; a member's own file holds its endpoint and topology)
 ` + d + `zones.yaml: ok
-checked 15 files: 9 ok, 3 with warnings, 3 with errors
+checked 16 files: 9 ok, 3 with warnings, 4 with errors
 `
 	if code != 1 || stdout.String() != want {
 		t.Errorf("exit %d\n%s%s\nwant:\n%s", code, stdout.String(), stderr.String(), want)

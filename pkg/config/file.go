@@ -33,7 +33,10 @@ func ParseFile(file string, data []byte, topo accessible.Options) (File, error) 
 	}
 	if driverOf(doc) == DriverGroup {
 		g, err := ParseGroup(file, data)
-		return File{Group: g}, err
+		if err != nil {
+			return File{}, err
+		}
+		return File{Group: g}, nil
 	}
 	c, warnings, err := parseConnection(file, data, doc, dec, topo)
 	return File{Connection: c, Warnings: warnings}, err

@@ -54,7 +54,9 @@ var groupKeys = map[string][]string{
 // messages only. Whether the members exist, load and are not groups
 // themselves is not known here: members can come and go at run time, so
 // the proxy checks them on every call (pkg/connection) and `check` checks
-// the folder.
+// the folder. A file that decodes but does not validate returns its Group
+// with the error, so that `check` can go on to report the problems of
+// every member at once; the proxy uses no Group that came with an error.
 func ParseGroup(file string, data []byte) (*Group, error) {
 	var g Group
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -66,7 +68,7 @@ func ParseGroup(file string, data []byte) (*Group, error) {
 		return nil, err
 	}
 	if err := g.Validate(); err != nil {
-		return nil, fmt.Errorf("file %s: %w", file, err)
+		return &g, fmt.Errorf("file %s: %w", file, err)
 	}
 	return &g, nil
 }

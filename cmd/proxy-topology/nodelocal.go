@@ -11,7 +11,6 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/csiclient"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
-
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -28,22 +27,31 @@ import (
 // when the deployment is in node-local mode (proxy.nodeLocal) or a
 // node-local connection exists at start-up; under type node it is there
 // already. A node whose rules failed keeps failing: the key would hide
-// the misconfiguration of its other keys.
+// the misconfiguration of its other keys. A node name that is no label
+// value is not reported (kubelet would refuse the registration): the
+// error names the node-local connections, whose CreateVolume fails with
+// FAILED_PRECONDITION on this node (accessible.NodeNameError).
 func reportNodeKey(res *nodetopology.Result, ev *nodetopology.Evaluator, nodeLocalMode bool, nodeName string, store *connection.Store, log *slog.Logger) {
 	key := labels.FullKey(ev.Prefix(), nodetopology.TypeNode)
 	if res.Err() != nil || res.Segments[key] != "" {
 		return
 	}
+	local := store.NodeLocalNames()
 	why := "proxy.nodeLocal is true"
 	if !nodeLocalMode {
-		local := store.NodeLocalNames()
 		if len(local) == 0 {
 			return
 		}
 		why = "node-local connections " + strings.Join(local, ",") + " exist"
 	}
 	if err := labels.ValueError(nodeName); err != nil {
-		log.Error("node-local volumes need the node key, but the node name is not a valid label value: they cannot be pinned to this node", "key", key, "node", nodeName, "why", why, "error", err)
+		affected := local
+		if len(affected) == 0 {
+			affected = []string{"(any added later)"}
+		}
+		log.Error("node-local connections cannot work on this node: the node name is no label value, so the node does not report the node key and their CreateVolume fails with FAILED_PRECONDITION",
+			"connections", strings.Join(affected, ","), "key", key, "node", nodeName, "why", why,
+			"error", accessible.NodeNameError(ev.Accessibility(), nodeName, affected))
 		return
 	}
 	res.Segments[key] = nodeName

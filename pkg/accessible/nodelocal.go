@@ -1,6 +1,7 @@
 package accessible
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
 // Host is the node whose controller serves a node-local connection: the
@@ -71,6 +74,9 @@ func (o Options) DecideNodeLocal(connection string, host Host, requisite, prefer
 		return Decision{}, status.Errorf(codes.FailedPrecondition,
 			"connection %q is node-local (its volumes stay on the disk of the node that creates them) but this controller does not know its node name (--node-id, NODE_NAME): it cannot say where the volume lives", connection)
 	}
+	if err := NodeNameError(o, host.Name, []string{connection}); err != nil {
+		return Decision{}, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	terms, kind := requisite, "requisite"
 	if len(terms) == 0 {
 		terms, kind = preferred, "preferred"
@@ -79,6 +85,35 @@ func (o Options) DecideNodeLocal(connection string, host Host, requisite, prefer
 		return o.Pin(host), nil
 	}
 	return Decision{}, status.Error(codes.ResourceExhausted, foreignNodeMessage(connection, nodeKey, host, kind, terms))
+}
+
+// NodeNameError says why node-local volumes cannot live on the node
+// named name, nil when they can: they are pinned by the node key with the
+// node name as its value (SPEC §12), and a name that is no label value
+// (longer than 63 bytes, as cloud node names with long domains can be)
+// gives a PV affinity no node can ever satisfy, since kubelet can put no
+// such label on the node. The node plugin does not report the key then
+// (NodeGetInfo would fail registration), and CreateVolume of the
+// node-local connections refuses with this reason rather than create a
+// volume no pod could use. connections are named in the message.
+func NodeNameError(o Options, name string, connections []string) error {
+	if name == "" {
+		return nil
+	}
+	err := labels.ValueError(name)
+	if err == nil {
+		return nil
+	}
+	what := "connection " + strconv.Quote(connections[0]) + " is"
+	if len(connections) > 1 {
+		quoted := make([]string, len(connections))
+		for i, c := range connections {
+			quoted[i] = strconv.Quote(c)
+		}
+		what = "connections " + strings.Join(quoted, ", ") + " are"
+	}
+	return fmt.Errorf("%s node-local (its volumes stay on the disk of the node that creates them): a volume is pinned to its node by %s=<node name>, but node name %q (%d bytes) is not a valid label value (%v), so no node could carry that label; give the node a name that is a label value, or declare proxy.perDriver.topology for storage reachable from other nodes (docs/topology.md §3)",
+		what, o.NodeKey(), name, len(name), err)
 }
 
 // foreignNodeMessage explains why a node-local volume is not created here:

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
 // Placement is where a controller lets a connection's volumes be: the
@@ -49,8 +51,8 @@ func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) Decision {
 		}
 	}
 	if t.NodeLocal() {
-		if p.Host.Name == "" {
-			return Decision{} // nothing to pin to; CreateVolume refuses such volumes
+		if p.Host.Name == "" || labels.ValueError(p.Host.Name) != nil {
+			return Decision{} // nothing to pin to; CreateVolume refuses such volumes (NodeNameError)
 		}
 		return t.Options().Pin(p.Host)
 	}

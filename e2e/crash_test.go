@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // TestCrashMidStorm kills the proxy (kill -9) while 16 callers run
@@ -369,7 +370,7 @@ func (m *crashModel) checkState(t *testing.T, ctrl csi.ControllerClient, base st
 			Name       string            `json:"name"`
 			Parameters map[string]string `json:"parameters"`
 		}
-		handle := strings.TrimPrefix(v.id, "v:crash/")
+		handle := hostpath.VolumeDir(strings.TrimPrefix(v.id, "v:crash/"))
 		data, err := os.ReadFile(filepath.Join(base, "meta", "volumes", handle+".json"))
 		if err == nil {
 			err = json.Unmarshal(data, &rec)
@@ -495,7 +496,7 @@ func killDelay(t *testing.T) time.Duration {
 // readRecord reads the record of a volume or snapshot (kind) of the crash
 // connection by its proxy id.
 func readRecord(base, kind, id string, rec any) error {
-	handle := id[strings.IndexByte(id, '/')+1:]
+	handle := hostpath.VolumeDir(id[strings.IndexByte(id, '/')+1:])
 	data, err := os.ReadFile(filepath.Join(base, "meta", kind, handle+".json"))
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // groupRig is one proxy (controller and node in one process, as on a
@@ -70,7 +71,7 @@ func strict(zone string) *csi.TopologyRequirement {
 // exists says whether the member's storage holds kind/<handle>.
 func (r *groupRig) exists(t *testing.T, member, kind, proxyID string) bool {
 	t.Helper()
-	handle := proxyID[strings.Index(proxyID, "/")+1:]
+	handle := hostpath.VolumeDir(proxyID[strings.Index(proxyID, "/")+1:])
 	_, err := os.Stat(filepath.Join(r.bases[member], kind, handle))
 	return err == nil
 }
@@ -238,7 +239,7 @@ func TestGroupRouting(t *testing.T) {
 			t.Fatalf("NodePublishVolume: %v", err)
 		}
 		testkit.WriteFile(t, filepath.Join(target, "hello"), "from the group's pod", 0o640)
-		handle := v2[strings.Index(v2, "/")+1:]
+		handle := hostpath.VolumeDir(v2[strings.Index(v2, "/")+1:])
 		if b, err := os.ReadFile(filepath.Join(r.bases["g-zone2"], "volumes", handle, "hello")); err != nil || string(b) != "from the group's pod" {
 			t.Errorf("the file written at the target is not in g-zone2's volume: %q, %v", b, err)
 		}

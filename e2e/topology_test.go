@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // TestNodeGetInfo checks that each node plugin reports exactly the segment
@@ -227,7 +228,7 @@ func TestNodeDataPath(t *testing.T) {
 					t.Fatalf("DeleteVolume: %v", err)
 				}
 				*deleted = true
-				handle := strings.TrimPrefix(vol.GetVolumeId(), "v:"+conn+"/")
+				handle := hostpath.VolumeDir(strings.TrimPrefix(vol.GetVolumeId(), "v:"+conn+"/"))
 				if _, err := os.Lstat(filepath.Join(c.bases[conn], "volumes", handle)); !errors.Is(err, fs.ErrNotExist) {
 					t.Errorf("volume directory of %s still there after DeleteVolume (lstat: %v)", handle, err)
 				}
@@ -316,7 +317,7 @@ func (c *cluster) dataPath(t *testing.T, conn string, node *nodePlugin, name str
 			holders = append(holders, d)
 		}
 	}
-	handle := strings.TrimPrefix(id, "v:"+conn+"/")
+	handle := hostpath.VolumeDir(strings.TrimPrefix(id, "v:"+conn+"/"))
 	if diff := cmp.Diff([]string{handle}, holders); diff != "" {
 		t.Errorf("volume directories under %s/volumes holding the written file (-want +got):\n%s", c.bases[conn], diff)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -222,9 +223,33 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 		r, c := checkConnection(f.path, data, cfg.Topology, produced, ownEndpoint)
 		checkIDRoom(&r, f.name, cfg.Proxy.MaxIDLength)
 		checkNodeLocal(&r, c, cfg)
+		checkBasePath(&r, f.name, c)
 		checked = append(checked, r)
 	}
 	return append(checked, out...)
+}
+
+// checkBasePath warns when the base path of local-hostpath connection
+// name is not where its volumes are: a directory next to it holds the
+// marker of another base path of the same connection, with volumes
+// (hostpath.InspectBasePath). Its shareBasePath changed while it held
+// volumes, and calls on them fail with FAILED_PRECONDITION. Where the old
+// base path is not next to the new one, check cannot tell.
+func checkBasePath(r *checkResult, name string, c *config.Connection) {
+	if len(r.errors) > 0 || c == nil || c.Driver != config.DriverLocalHostpath {
+		return
+	}
+	base := filepath.Clean(c.LocalHostpath.ShareBasePath)
+	rep := hostpath.InspectBasePath(base, name)
+	for _, o := range rep.Elsewhere {
+		what := "holds no base path marker (meta/basepath.json) yet"
+		if rep.Marked {
+			what = "is another base path (fingerprint " + rep.Fingerprint + ")"
+		}
+		r.warnings = append(r.warnings, fmt.Sprintf(
+			"local-hostpath.shareBasePath %s %s, while %s next to it holds %d %s of connection %q (fingerprint %s): they are not reachable through this base path, and calls on them fail with FAILED_PRECONDITION; set shareBasePath back, or move %s as a whole to %s, in place of what is there (docs/operations.md, \"Moving a connection's storage\")",
+			base, what, o.Path, o.Volumes, plural(o.Volumes, "volume", "volumes"), name, o.Fingerprint, o.Path, base))
+	}
 }
 
 // producibleKeys are the full keys some node can report: the base segment

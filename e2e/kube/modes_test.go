@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // modesNamespace holds the claims and pods of the scenarios.
@@ -257,7 +259,7 @@ func (s *stack) events(t *testing.T) string {
 // volumeDir is where the local-hostpath connection keeps the PV's volume.
 func (s *stack) volumeDir(t *testing.T, conn string, pv *corev1.PersistentVolume) string {
 	t.Helper()
-	id := pv.Spec.CSI.VolumeHandle[strings.LastIndex(pv.Spec.CSI.VolumeHandle, "/")+1:]
+	id := hostpath.VolumeDir(pv.Spec.CSI.VolumeHandle[strings.LastIndex(pv.Spec.CSI.VolumeHandle, "/")+1:])
 	return filepath.Join(s.base, conn, "volumes", id)
 }
 

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/democratic-csi/proxy-topology/pkg/config"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // The node-local deployment mode (deploy/node-local, SPEC §12) on two fake
@@ -140,7 +141,7 @@ func TestNodeLocalProvisioning(t *testing.T) {
 			if want := []string{prefix + "/node=" + on}; fmt.Sprint(terms) != fmt.Sprint(want) {
 				t.Errorf("PV %s node affinity %v, want %v", pv.Name, terms, want)
 			}
-			id := pv.Spec.CSI.VolumeHandle[strings.LastIndex(pv.Spec.CSI.VolumeHandle, "/")+1:]
+			id := hostpath.VolumeDir(pv.Spec.CSI.VolumeHandle[strings.LastIndex(pv.Spec.CSI.VolumeHandle, "/")+1:])
 			for _, n := range nodes {
 				_, err := os.Stat(filepath.Join(n.data, nlConnection, "volumes", id))
 				if has := err == nil; has != (n.name == on) {

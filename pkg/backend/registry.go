@@ -202,7 +202,7 @@ func (r *Registry) build(ctx context.Context, c *connection.Connection, v *Surve
 		}
 	case config.DriverLocalHostpath:
 		target = "local-hostpath:" + cfg.LocalHostpath.ShareBasePath
-		b.Controller, err = lease(r.opts.Pool.Local(bctx, c.Name, r.localOptions(cfg)))
+		b.Controller, err = lease(r.opts.Pool.Local(bctx, c.Name, r.localOptions(c.Name, cfg)))
 		b.Node = b.Controller
 	}
 	if err == nil {
@@ -225,10 +225,11 @@ func (r *Registry) build(ctx context.Context, c *connection.Connection, v *Surve
 	return nil, connection.Broken(c.Name, err)
 }
 
-// localOptions are the built-in driver's settings for a local-hostpath
-// connection.
-func (r *Registry) localOptions(cfg *config.Connection) hostpath.Options {
+// localOptions are the built-in driver's settings for the local-hostpath
+// connection name.
+func (r *Registry) localOptions(name string, cfg *config.Connection) hostpath.Options {
 	return hostpath.Options{
+		Connection: name,
 		DriverName: r.opts.DriverName,
 		Version:    r.opts.Version,
 		// The id the proxy sends the driver in ControllerPublish is the

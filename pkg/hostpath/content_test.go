@@ -94,8 +94,8 @@ func TestCloneAndRestoreCopyContent(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{})
 	src := mustCreate(t, d, createReq("source", 64<<20))
-	fillTree(t, d.store.volumePath(src))
-	want := snapshotTree(t, d.store.volumePath(src))
+	fillTree(t, d.store.volumePath(volumeIDOf(src)))
+	want := snapshotTree(t, d.store.volumePath(volumeIDOf(src)))
 
 	// Clone.
 	clone, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{
@@ -107,20 +107,20 @@ func TestCloneAndRestoreCopyContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantClone := &csi.Volume{
-		VolumeId: volumeIDFor("clone"), CapacityBytes: 64 << 20, // unset size: the source's
+		VolumeId: handleFor(d, "clone"), CapacityBytes: 64 << 20, // unset size: the source's
 		ContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}},
 	}
 	if diff := cmp.Diff(wantClone, clone.Volume, protocmp.Transform()); diff != "" {
 		t.Errorf("clone response (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, snapshotTree(t, d.store.volumePath(clone.Volume.VolumeId))); diff != "" {
+	if diff := cmp.Diff(want, snapshotTree(t, d.store.volumePath(volumeIDOf(clone.Volume.VolumeId)))); diff != "" {
 		t.Errorf("clone content (-source +clone):\n%s", diff)
 	}
 
 	// Snapshot, then change the source: the snapshot keeps the old content.
 	snap := mustSnapshot(t, d, "snap", src)
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src), "hello.txt"), "changed", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(src)), "hello.txt"), "changed", 0o644)
 
 	restored, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name: "restored", VolumeCapabilities: []*csi.VolumeCapability{rwo},
@@ -134,7 +134,7 @@ func TestCloneAndRestoreCopyContent(t *testing.T) {
 	if got := restored.Volume.GetContentSource().GetSnapshot().GetSnapshotId(); got != snap || restored.Volume.CapacityBytes != 128<<20 {
 		t.Errorf("restore response = %v", restored.Volume)
 	}
-	if diff := cmp.Diff(want, snapshotTree(t, d.store.volumePath(restored.Volume.VolumeId))); diff != "" {
+	if diff := cmp.Diff(want, snapshotTree(t, d.store.volumePath(volumeIDOf(restored.Volume.VolumeId)))); diff != "" {
 		t.Errorf("restored content (-snapshot time +restored):\n%s", diff)
 	}
 
@@ -147,7 +147,7 @@ func TestCloneAndRestoreCopyContent(t *testing.T) {
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap}}},
 	})
-	if got := readFile(t, filepath.Join(d.store.volumePath(again), "hello.txt")); got != "hello" {
+	if got := readFile(t, filepath.Join(d.store.volumePath(volumeIDOf(again)), "hello.txt")); got != "hello" {
 		t.Errorf("restored after source deletion: hello.txt = %q", got)
 	}
 }
@@ -183,7 +183,7 @@ func TestCreateFromSourceErrors(t *testing.T) {
 			_, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new-" + tc.name,
 				VolumeCapabilities: []*csi.VolumeCapability{rwo}, CapacityRange: tc.cr, VolumeContentSource: tc.src})
 			testkit.WantCode(t, err, tc.code, tc.msg)
-			if _, err := d.store.readVolume(volumeIDFor("new-" + tc.name)); !os.IsNotExist(err) {
+			if _, err := d.store.readVolume(volumeIDOf(volumeIDFor("new-" + tc.name))); !os.IsNotExist(err) {
 				t.Errorf("a failed create left a record: %v", err)
 			}
 		})
@@ -196,22 +196,22 @@ func TestFailedCopyLeavesNothing(t *testing.T) {
 	src := mustCreate(t, d, createReq("src", 0))
 	// The copier opens its root with O_NOFOLLOW; a data directory replaced
 	// by a symlink makes the copy fail after the work area was populated.
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src), "a/file"), "x", 0o644)
-	real := d.store.volumePath(src) + ".real"
-	if err := os.Rename(d.store.volumePath(src), real); err != nil {
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(src)), "a/file"), "x", 0o644)
+	real := d.store.volumePath(volumeIDOf(src)) + ".real"
+	if err := os.Rename(d.store.volumePath(volumeIDOf(src)), real); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(real, d.store.volumePath(src)); err != nil {
+	if err := os.Symlink(real, d.store.volumePath(volumeIDOf(src))); err != nil {
 		t.Fatal(err)
 	}
 	_, err := d.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "broken-clone", VolumeCapabilities: []*csi.VolumeCapability{rwo},
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}}})
 	testkit.WantCode(t, err, codes.Internal, "copy")
 	id := volumeIDFor("broken-clone")
-	if _, err := os.Lstat(d.store.volumePath(id)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(d.store.volumePath(volumeIDOf(id))); !os.IsNotExist(err) {
 		t.Errorf("failed clone left data: %v", err)
 	}
-	if _, err := d.store.readVolume(id); !os.IsNotExist(err) {
+	if _, err := d.store.readVolume(volumeIDOf(id)); !os.IsNotExist(err) {
 		t.Errorf("failed clone left a record: %v", err)
 	}
 	if entries, _ := os.ReadDir(d.store.work); len(entries) != 0 {

@@ -80,8 +80,8 @@ func (s contentSource) lockKeys() []string {
 	switch {
 	case validSnapshotID(s.snapshotID):
 		return []string{s.snapshotID}
-	case validVolumeID(s.volumeID):
-		return []string{s.volumeID}
+	case validVolumeID(volumeIDOf(s.volumeID)):
+		return []string{volumeIDOf(s.volumeID)}
 	}
 	return nil
 }
@@ -221,6 +221,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		SourceVolumeID:   src.volumeID,
 		Parameters:       req.GetParameters(),
 		CreatedAt:        time.Now().UTC(),
+		Fingerprint:      d.marker.Fingerprint,
 	}
 	if err := d.materialize(ctx, "volume", id, srcDir, d.store.volumePath(id), rec); err != nil {
 		return nil, err
@@ -386,6 +387,12 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if id == "" {
 		return nil, invalidArgument("volume_id is required")
 	}
+	// A volume made under another base path is not "already deleted":
+	// it is still there (marker.go).
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
+	}
 	if !validVolumeID(id) {
 		// Not ours, so it cannot exist: deleting is a no-op (CSI: MUST
 		// reply OK for a volume that does not exist).
@@ -461,6 +468,10 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 		if err := checkCapability("volume_capability", c); err != nil {
 			return nil, invalidArgument("%s", err)
 		}
+	}
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
 	}
 	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {

@@ -22,12 +22,12 @@ func TestCreateVolumeIdempotency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volumeIDFor("pvc-1"), CapacityBytes: 10 << 20}}
+	want := &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: handleFor(d, "pvc-1"), CapacityBytes: 10 << 20}}
 	if diff := cmp.Diff(want, first, protocmp.Transform()); diff != "" {
 		t.Fatalf("first CreateVolume (-want +got):\n%s", diff)
 	}
 	// The CO may write before a retry; a retry must not reset the data.
-	testkit.WriteFile(t, d.store.volumePath(first.Volume.VolumeId)+"/keep", "data", 0o644)
+	testkit.WriteFile(t, d.store.volumePath(volumeIDOf(first.Volume.VolumeId))+"/keep", "data", 0o644)
 
 	tests := []struct {
 		name string
@@ -64,7 +64,7 @@ func TestCreateVolumeIdempotency(t *testing.T) {
 			}
 		})
 	}
-	if got := readFile(t, d.store.volumePath(first.Volume.VolumeId)+"/keep"); got != "data" {
+	if got := readFile(t, d.store.volumePath(volumeIDOf(first.Volume.VolumeId))+"/keep"); got != "data" {
 		t.Errorf("data after retries = %q", got)
 	}
 }
@@ -168,18 +168,18 @@ func TestCreateVolumeCapacity(t *testing.T) {
 func TestCreateVolumeLayout(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("layout", 0))
-	fi, err := os.Stat(d.store.volumePath(id))
+	fi, err := os.Stat(d.store.volumePath(volumeIDOf(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi.Mode().Perm() != volumeDataPerm || !fi.IsDir() {
 		t.Errorf("volume dir mode = %s, want dir %o", fi.Mode(), volumeDataPerm)
 	}
-	rec, err := d.store.readVolume(id)
+	rec, err := d.store.readVolume(volumeIDOf(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Name != "layout" || rec.ID != id || rec.CreatedAt.IsZero() {
+	if rec.Name != "layout" || rec.handle() != id || rec.CreatedAt.IsZero() {
 		t.Errorf("record = %+v", rec)
 	}
 	// Nothing is left in the work area.
@@ -193,8 +193,8 @@ func TestDeleteVolume(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("del", 0))
-	testkit.WriteFile(t, d.store.volumePath(id)+"/a/b", "x", 0o400)
-	if err := os.Chmod(d.store.volumePath(id)+"/a", 0o500); err != nil {
+	testkit.WriteFile(t, d.store.volumePath(volumeIDOf(id))+"/a/b", "x", 0o400)
+	if err := os.Chmod(d.store.volumePath(volumeIDOf(id))+"/a", 0o500); err != nil {
 		t.Fatal(err)
 	}
 
@@ -203,10 +203,10 @@ func TestDeleteVolume(t *testing.T) {
 			t.Fatalf("DeleteVolume #%d: %v", i+1, err)
 		}
 	}
-	if _, err := os.Lstat(d.store.volumePath(id)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(d.store.volumePath(volumeIDOf(id))); !os.IsNotExist(err) {
 		t.Errorf("data dir still there: %v", err)
 	}
-	if _, err := d.store.readVolume(id); !os.IsNotExist(err) {
+	if _, err := d.store.readVolume(volumeIDOf(id)); !os.IsNotExist(err) {
 		t.Errorf("record still there: %v", err)
 	}
 	_, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{})
@@ -297,7 +297,7 @@ func TestControllerExpandVolume(t *testing.T) {
 			} else if diff := cmp.Diff(&csi.ControllerExpandVolumeResponse{CapacityBytes: tc.want}, resp, protocmp.Transform()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			rec, err := d.store.readVolume(id)
+			rec, err := d.store.readVolume(volumeIDOf(id))
 			if err != nil || rec.CapacityBytes != tc.want {
 				t.Errorf("recorded capacity = %d (%v), want %d", rec.CapacityBytes, err, tc.want)
 			}
@@ -350,7 +350,7 @@ func TestControllerGetVolumeAndHealth(t *testing.T) {
 	}
 
 	// The data directory vanishes behind the driver's back.
-	if err := os.RemoveAll(d.store.volumePath(id)); err != nil {
+	if err := os.RemoveAll(d.store.volumePath(volumeIDOf(id))); err != nil {
 		t.Fatal(err)
 	}
 	h := health()

@@ -14,6 +14,7 @@
 //	meta/volumes/<id>.json      volume record (name, capacity, content source)
 //	meta/snapshots/<id>.json    snapshot record
 //	meta/attachments/<id>.json  ControllerPublish records of one volume
+//	meta/basepath.json          the base path's marker (marker.go)
 //	tmp/<instance>/             work in progress of one running Driver
 //
 // A volume or snapshot exists exactly when its record exists: data is built
@@ -71,6 +72,10 @@ type Options struct {
 	// storage is node-local, the only node is NodeID, and any other node_id
 	// is NOT_FOUND (SPEC §12).
 	Shared bool
+	// Connection names the proxy connection the driver serves, written
+	// into the base path's marker when the driver is the first to open it
+	// (marker.go); empty outside the proxy.
+	Connection string
 	// MaxVolumesPerNode is reported by NodeGetInfo and, with
 	// ControllerPublish, enforced per node id. Zero means no limit;
 	// negative is invalid.
@@ -120,9 +125,12 @@ type Driver struct {
 	csi.UnimplementedControllerServer
 	csi.UnimplementedNodeServer
 
-	opts    Options
-	log     *slog.Logger
-	store   *store
+	opts  Options
+	log   *slog.Logger
+	store *store
+	// marker is the base path's marker: its fingerprint is in the handle
+	// of every volume made here (marker.go).
+	marker  *marker
 	locks   *keyedLocks
 	mounter *mounter
 }
@@ -153,10 +161,25 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local-hostpath BasePath: %w", err)
 	}
+	m, created, err := ensureMarker(opts.BasePath, opts.Connection)
+	if err != nil {
+		st.close()
+		return nil, fmt.Errorf("local-hostpath BasePath marker: %w", err)
+	}
+	if created && opts.Connection != "" {
+		// A new base path of a connection whose volumes live elsewhere:
+		// its shareBasePath changed. Those volumes are refused by
+		// fingerprint (volumeID); this says so before the first call.
+		for _, o := range InspectBasePath(opts.BasePath, opts.Connection).Elsewhere {
+			log.Warn("a new base path for a connection whose volumes are under another one: they are not reachable here, and calls on them fail with FAILED_PRECONDITION; see docs/operations.md, \"Moving a connection's storage\"",
+				"connection", opts.Connection, "other_base_path", o.Path, "volumes", o.Volumes)
+		}
+	}
 	return &Driver{
 		opts:    opts,
 		log:     log,
 		store:   st,
+		marker:  m,
 		locks:   newKeyedLocks(),
 		mounter: newMounter(),
 	}, nil

@@ -79,9 +79,9 @@ func TestCreateVolumeSyncOrder(t *testing.T) {
 	d, r := tracedDriver(t)
 	vol := createVol(t, d, "order", map[string]string{"k": "v"})
 	ev := r.take()
-	id := vol.GetVolumeId()
-	data := d.store.volumePath(id)
-	record := d.store.recordPath("volumes", id)
+	id := volumeIDOf(vol.GetVolumeId())
+	data := d.store.volumePath(volumeIDOf(id))
+	record := d.store.recordPath("volumes", volumeIDOf(id))
 	renData, renRec := index(ev, "rename "+data), index(ev, "rename "+record)
 	if renData < 0 || renRec < 0 || renData > renRec {
 		t.Fatalf("want the data renamed into place before the record; events:\n%s", strings.Join(ev, "\n"))
@@ -102,7 +102,7 @@ func TestCreateVolumeSyncOrder(t *testing.T) {
 		t.Errorf("want %d fsyncs for one create, got %d:\n%s", len(want), n, strings.Join(ev, "\n"))
 	}
 	// The record is complete on disk, parameters included.
-	rec, err := d.store.readVolume(id)
+	rec, err := d.store.readVolume(volumeIDOf(id))
 	if err != nil || rec.Parameters["k"] != "v" || rec.CapacityBytes != 5<<20 {
 		t.Errorf("record = %+v, %v", rec, err)
 	}
@@ -122,10 +122,10 @@ func TestDeleteVolumeSyncsNothing(t *testing.T) {
 			t.Errorf("DeleteVolume synced: %s", e)
 		}
 	}
-	if _, err := os.Lstat(d.store.recordPath("volumes", vol.GetVolumeId())); !os.IsNotExist(err) {
+	if _, err := os.Lstat(d.store.recordPath("volumes", volumeIDOf(vol.GetVolumeId()))); !os.IsNotExist(err) {
 		t.Errorf("record still there: %v", err)
 	}
-	if _, err := os.Lstat(d.store.volumePath(vol.GetVolumeId())); !os.IsNotExist(err) {
+	if _, err := os.Lstat(d.store.volumePath(volumeIDOf(vol.GetVolumeId()))); !os.IsNotExist(err) {
 		t.Errorf("data still there: %v", err)
 	}
 }
@@ -142,7 +142,7 @@ func TestExpandSyncsBeforeRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := r.take()
-	record := d.store.recordPath("volumes", vol.GetVolumeId())
+	record := d.store.recordPath("volumes", volumeIDOf(vol.GetVolumeId()))
 	fs, ren := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), ".")), index(ev, "rename "+record)
 	dir := index(ev, "fsync "+d.store.metaDir("volumes"))
 	if fs < 0 || ren < 0 || dir < 0 || !(fs < ren && ren < dir) {
@@ -154,7 +154,7 @@ func TestExpandSyncsBeforeRename(t *testing.T) {
 func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 	d, r := tracedDriver(t)
 	src := createVol(t, d, "src", nil)
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(src.GetVolumeId()), "f"), "data", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(src.GetVolumeId())), "f"), "data", 0o644)
 	r.take()
 	resp, err := d.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
 		Name:               "clone",
@@ -167,7 +167,7 @@ func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := r.take()
-	sfs, ren := indexPrefix(ev, "synctree "), index(ev, "rename "+d.store.volumePath(resp.GetVolume().GetVolumeId()))
+	sfs, ren := indexPrefix(ev, "synctree "), index(ev, "rename "+d.store.volumePath(volumeIDOf(resp.GetVolume().GetVolumeId())))
 	if sfs < 0 || ren < 0 || sfs > ren {
 		t.Errorf("want the copy synced before the clone's rename; events:\n%s", strings.Join(ev, "\n"))
 	}
@@ -193,9 +193,9 @@ func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
 	ev := r.take()
 	for _, id := range ids {
 		ret := index(ev, "return "+id)
-		renRec := index(ev, "rename "+d.store.recordPath("volumes", id))
-		file := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), "."+id+".json."))
-		dir := index(ev, "fsync "+d.store.volumePath(id))
+		renRec := index(ev, "rename "+d.store.recordPath("volumes", volumeIDOf(id)))
+		file := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), "."+volumeIDOf(id)+".json."))
+		dir := index(ev, "fsync "+d.store.volumePath(volumeIDOf(id)))
 		if renRec < 0 || file < renRec || dir < renRec || file > ret || dir > ret {
 			t.Errorf("%s: record renamed at %d, record synced at %d, directory synced at %d, returned at %d; want both syncs between rename and return", id, renRec, file, dir, ret)
 			continue
@@ -216,7 +216,7 @@ func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
 func TestRecoverLeftovers(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "base")
 	d := newTestDriver(t, Options{BasePath: base})
-	kept := createVol(t, d, "kept", nil).GetVolumeId()
+	kept := volumeIDOf(createVol(t, d, "kept", nil).GetVolumeId())
 	s := d.store
 	noData := volumeIDFor("record-without-data")
 	testkit.WriteFile(t, s.recordPath("volumes", noData), `{"id":"`+noData+`","name":"record-without-data"}`, 0o640)

@@ -47,7 +47,7 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 		return nil, err
 	}
 	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{
-		VolumeId:       rec.ID,
+		VolumeId:       rec.handle(),
 		HealthStatuses: d.dataHealth(rec.ID),
 	}}, nil
 }
@@ -62,10 +62,11 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 	var sick []*csi.VolumeHealth
 	for _, r := range recs {
 		if h := d.dataHealth(r.ID); len(h) > 0 {
-			sick = append(sick, &csi.VolumeHealth{VolumeId: r.ID, HealthStatuses: h})
+			sick = append(sick, &csi.VolumeHealth{VolumeId: r.handle(), HealthStatuses: h})
 		}
 	}
-	entries, next := page(sick, func(h *csi.VolumeHealth) string { return h.GetVolumeId() }, req.GetStartingToken(), req.GetMaxEntries())
+	// Tokens are volume IDs, as ListVolumes', not handles.
+	entries, next := page(sick, func(h *csi.VolumeHealth) string { id, _ := splitVolumeHandle(h.GetVolumeId()); return id }, req.GetStartingToken(), req.GetMaxEntries())
 	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
 }
 
@@ -87,12 +88,12 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 				entries = append(entries, &csi.VolumeHealth_VolumeHealthEntry{
 					Status:  csi.VolumeHealthErrorType_INACCESSIBLE,
 					Reason:  p.reason,
-					Message: p.what + " " + p.path + " does not show volume " + rec.ID,
+					Message: p.what + " " + p.path + " does not show volume " + rec.handle(),
 				})
 			}
 		}
 	}
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: rec.ID, HealthStatuses: entries}}, nil
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: rec.handle(), HealthStatuses: entries}}, nil
 }
 
 // NodeGetStorageHealth reports BasePath's file system: gone (unreachable)

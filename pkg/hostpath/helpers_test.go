@@ -90,6 +90,10 @@ func createReq(name string, required int64) *csi.CreateVolumeRequest {
 	return req
 }
 
+// handleFor is the handle d gives the volume of name: its id and the
+// fingerprint of d's base path (marker.go).
+func handleFor(d *Driver, name string) string { return volumeIDFor(name) + "-" + d.marker.Fingerprint }
+
 // mustCreate creates a volume and returns its ID.
 func mustCreate(t *testing.T, d *Driver, req *csi.CreateVolumeRequest) string {
 	t.Helper()

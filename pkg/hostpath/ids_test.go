@@ -118,11 +118,11 @@ func TestHostileIDsStayInside(t *testing.T) {
 		}},
 		{"NodePublishVolume", codes.NotFound, func(id string) error { return publish(d, id, target, target, rwo, false) }},
 		{"NodeGetVolumeStats", codes.NotFound, func(id string) error {
-			_, err := d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: d.store.volumePath(real)})
+			_, err := d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: d.store.volumePath(volumeIDOf(real))})
 			return err
 		}},
 		{"NodeExpandVolume", codes.NotFound, func(id string) error {
-			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: d.store.volumePath(real)})
+			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: d.store.volumePath(volumeIDOf(real))})
 			return err
 		}},
 		{"NodeGetVolumeHealth", codes.NotFound, func(id string) error {

@@ -107,6 +107,9 @@ func (d *Driver) lockTeardown(ctx context.Context, id, field, path string) (func
 	if err := checkCOPath(field, path); err != nil {
 		return nil, err
 	}
+	// Teardown acts on the CO's path only, so a volume made under another
+	// base path (marker.go) is unmounted too: it is locked by its ID.
+	id = volumeIDOf(id)
 	if !validVolumeID(id) {
 		return func() {}, nil
 	}

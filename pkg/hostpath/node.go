@@ -108,6 +108,10 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := nodeCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
+	}
 	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {
 		return nil, err
@@ -186,6 +190,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		if err := checkCOPath("staging_target_path", staging); err != nil {
 			return nil, err
 		}
+	}
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
 	}
 	unlock, err := d.lockVolume(ctx, id)
 	if err != nil {
@@ -376,7 +384,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		return nil, err
 	}
 	if want := req.GetCapacityRange().GetRequiredBytes(); want > rec.CapacityBytes {
-		return nil, outOfRange("volume %s has %d bytes, less than capacity_range.required_bytes %d; call ControllerExpandVolume first", rec.ID, rec.CapacityBytes, want)
+		return nil, outOfRange("volume %s has %d bytes, less than capacity_range.required_bytes %d; call ControllerExpandVolume first", rec.handle(), rec.CapacityBytes, want)
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
 }

@@ -55,7 +55,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("pub", 1<<20))
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "hello"), "from the volume", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "hello"), "from the volume", 0o644)
 	// The parent of target_path does not exist yet: publish creates both.
 	target := filepath.Join(mountDir(t), "pods", "uid", "mount")
 
@@ -68,7 +68,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 		t.Errorf("through the mount: %q", got)
 	}
 	testkit.WriteFile(t, filepath.Join(target, "written"), "by the pod", 0o644)
-	if got := readFile(t, filepath.Join(d.store.volumePath(id), "written")); got != "by the pod" {
+	if got := readFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "written")); got != "by the pod" {
 		t.Errorf("in the volume: %q", got)
 	}
 	err := publish(d, id, target, "", rwo, true)
@@ -105,7 +105,7 @@ func TestNodePublishUnpublish(t *testing.T) {
 	if _, err := os.Lstat(target); !os.IsNotExist(err) {
 		t.Errorf("target_path still exists: %v", err)
 	}
-	if got := readFile(t, filepath.Join(d.store.volumePath(id), "written")); got != "by the pod" {
+	if got := readFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "written")); got != "by the pod" {
 		t.Errorf("data after unpublish: %q", got)
 	}
 	health, err = d.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: target})
@@ -139,7 +139,7 @@ func TestNodePublishReadOnly(t *testing.T) {
 			ctx := context.Background()
 			d := newTestDriver(t, tc.opts)
 			id := mustCreate(t, d, createReq("ro", 0))
-			testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "file"), "content", 0o644)
+			testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "file"), "content", 0o644)
 			dir := mountDir(t)
 			target := filepath.Join(dir, "target")
 			var staging string
@@ -170,7 +170,7 @@ func TestNodePublishReadOnly(t *testing.T) {
 				t.Errorf("mountinfo of target = %+v, want ro", m)
 			}
 			// The volume itself stays writable.
-			testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "still-writable"), "x", 0o644)
+			testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "still-writable"), "x", 0o644)
 		})
 	}
 }
@@ -205,7 +205,7 @@ func TestNodePublishConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unpublish(t, d, other, busy)
-	testkit.WantCode(t, publish(d, vol, busy, "", rwo, false), codes.AlreadyExists, "something other than volume "+vol)
+	testkit.WantCode(t, publish(d, vol, busy, "", rwo, false), codes.AlreadyExists, "something other than volume "+volumeIDOf(vol))
 
 	// SINGLE_NODE_SINGLE_WRITER allows one target; the other single-node
 	// writer modes allow several on the same node.
@@ -242,7 +242,7 @@ func TestNodeStageMode(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDriver(t, Options{Stage: true})
 	id := mustCreate(t, d, createReq("staged", 0))
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "f"), "staged data", 0o644)
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "f"), "staged data", 0o644)
 	dir := mountDir(t)
 	staging := filepath.Join(dir, "globalmount")
 	target := filepath.Join(dir, "pod")
@@ -265,7 +265,7 @@ func TestNodeStageMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !isMountOf(staging, d.store.volumePath(id)) {
+	if !isMountOf(staging, d.store.volumePath(volumeIDOf(id))) {
 		t.Fatalf("staging path does not show the volume")
 	}
 	if err := publish(d, id, target, staging, rwo, false); err != nil {
@@ -300,7 +300,7 @@ func TestNodeStageMode(t *testing.T) {
 	}
 	defer unstage()
 	_, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: other, StagingTargetPath: staging, VolumeCapability: rwo})
-	testkit.WantCode(t, err, codes.AlreadyExists, "something other than volume "+other)
+	testkit.WantCode(t, err, codes.AlreadyExists, "something other than volume "+volumeIDOf(other))
 }
 
 func TestNodeCapabilitiesAndInfo(t *testing.T) {

@@ -61,7 +61,7 @@ func TestCreateSurvivesPowerLossOnExt4(t *testing.T) {
 	create := func(name string) {
 		vol := createVol(t, d, name, map[string]string{"k": name})
 		mu.Lock()
-		acks = append(acks, created{vol.GetVolumeId(), name})
+		acks = append(acks, created{volumeIDOf(vol.GetVolumeId()), name})
 		mu.Unlock()
 	}
 	for i := range 16 {

@@ -42,6 +42,10 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
 		return nil, invalidArgument("%s", err)
 	}
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
+	}
 	if !validVolumeID(id) {
 		return nil, notFound("volume %q not found (volume_id is not a local-hostpath volume id)", id)
 	}
@@ -131,6 +135,10 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	id, node := req.GetVolumeId(), req.GetNodeId()
 	if id == "" {
 		return nil, invalidArgument("volume_id is required")
+	}
+	id, err := d.volumeID(id)
+	if err != nil {
+		return nil, err
 	}
 	if !validVolumeID(id) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil

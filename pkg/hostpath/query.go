@@ -20,8 +20,13 @@ func (d *Driver) lookupVolume(id, field string) (*volumeRecord, error) {
 	if id == "" {
 		return nil, invalidArgument("%s is required", field)
 	}
+	handle := id
+	id, err := d.volumeID(handle)
+	if err != nil {
+		return nil, err
+	}
 	if !validVolumeID(id) {
-		return nil, notFound("volume %q not found (%s is not a local-hostpath volume id)", id, field)
+		return nil, notFound("volume %q not found (%s is not a local-hostpath volume id)", handle, field)
 	}
 	rec, err := d.store.readVolume(id)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -35,7 +40,7 @@ func (d *Driver) lookupVolume(id, field string) (*volumeRecord, error) {
 
 func csiVolume(r *volumeRecord) *csi.Volume {
 	return &csi.Volume{
-		VolumeId:      r.ID,
+		VolumeId:      r.handle(),
 		CapacityBytes: r.CapacityBytes,
 		ContentSource: contentSource{snapshotID: r.SourceSnapshotID, volumeID: r.SourceVolumeID}.proto(),
 	}

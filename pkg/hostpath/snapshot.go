@@ -25,8 +25,8 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	id := snapshotIDFor(req.GetName())
 	keys := []string{id}
-	if validVolumeID(srcID) {
-		keys = append(keys, srcID) // keep the source from being deleted mid-copy
+	if validVolumeID(volumeIDOf(srcID)) {
+		keys = append(keys, volumeIDOf(srcID)) // keep the source from being deleted mid-copy
 	}
 	unlock, err := d.locks.lock(ctx, keys...)
 	if err != nil {

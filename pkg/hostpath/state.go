@@ -38,6 +38,10 @@ type volumeRecord struct {
 	// parameters of its own and they take no part in idempotency.
 	Parameters map[string]string `json:"parameters,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// Fingerprint is the base path marker's fingerprint, which the
+	// volume's handle carries (marker.go); empty for a volume made before
+	// markers existed, whose handle is its bare ID.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // snapshotRecord is meta/snapshots/<id>.json.

@@ -151,12 +151,12 @@ func TestCreateReplacesDataWithoutRecord(t *testing.T) {
 	// A crash between moving data into place and writing the record
 	// leaves data nobody can reach; the retried CreateVolume replaces it.
 	d := newTestDriver(t, Options{})
-	id := volumeIDFor("crashed")
-	testkit.WriteFile(t, filepath.Join(d.store.volumePath(id), "stale"), "x", 0o644)
+	id := handleFor(d, "crashed")
+	testkit.WriteFile(t, filepath.Join(d.store.volumePath(volumeIDOf(id)), "stale"), "x", 0o644)
 	if got := mustCreate(t, d, createReq("crashed", 0)); got != id {
 		t.Fatalf("id = %s, want %s", got, id)
 	}
-	if _, err := os.Lstat(filepath.Join(d.store.volumePath(id), "stale")); !os.IsNotExist(err) {
+	if _, err := os.Lstat(filepath.Join(d.store.volumePath(volumeIDOf(id)), "stale")); !os.IsNotExist(err) {
 		t.Errorf("stale data kept: %v", err)
 	}
 }
@@ -184,9 +184,9 @@ func TestRecordsAreWrittenAtomically(t *testing.T) {
 func TestCorruptRecord(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("v", 0))
-	testkit.WriteFile(t, d.store.recordPath("volumes", id), "{not json", 0o640)
+	testkit.WriteFile(t, d.store.recordPath("volumes", volumeIDOf(id)), "{not json", 0o640)
 	_, err := d.ControllerGetVolume(context.Background(), &csi.ControllerGetVolumeRequest{VolumeId: id})
-	testkit.WantCode(t, err, codes.Internal, id+".json is corrupt")
+	testkit.WantCode(t, err, codes.Internal, volumeIDOf(id)+".json is corrupt")
 	_, err = d.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
 	testkit.WantCode(t, err, codes.Internal, "corrupt")
 }

@@ -251,3 +251,31 @@ func TestCLINodeCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIStageWithoutStaging: on a connection whose upstream does not
+// stage (local-hostpath without stage), NodeStageVolume answers OK without
+// a call (SPEC §6), and `csi stage` says that nothing was staged, naming
+// the connection, instead of "staged volume … at …"; with -o json stdout
+// keeps the response alone and the note goes to stderr. The staging path
+// is not created.
+func TestCLIStageWithoutStaging(t *testing.T) {
+	s := startServe(t, zoneMain, map[string]string{"zone1": zoneConnection(t.TempDir())})
+	code, out, errOut := runCSI(t, s.Endpoint, "create-volume", "--name", "pvc-nostage", "--connection", "zone1")
+	if code != 0 {
+		t.Fatalf("create-volume: exit %d %s", code, errOut)
+	}
+	id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[2]
+	staging := filepath.Join(t.TempDir(), "staging")
+	code, out, errOut = runCSI(t, s.Endpoint, "stage", "--volume", id, "--staging", staging)
+	want := "volume " + id + ` was not staged: the node service answered OK without staging, because connection "zone1"'s upstream does not stage (no STAGE_UNSTAGE_VOLUME; SPEC §6); nothing was mounted at ` + staging + ": publish it without --staging\n"
+	if code != 0 || out != want {
+		t.Errorf("stage: exit %d\n got %q\nwant %q\n%s", code, out, want, errOut)
+	}
+	code, out, errOut = runCSI(t, s.Endpoint, "-o", "json", "stage", "--volume", id, "--staging", staging)
+	if code != 0 || strings.TrimSpace(out) != "{}" || !strings.Contains(errOut, `note: volume `+id+` was not staged: connection "zone1"'s upstream does not stage`) {
+		t.Errorf("stage -o json: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Errorf("staging path: %v, want none", err)
+	}
+}

@@ -8,6 +8,10 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 // nodeLong is the help every node command shares: they act in the
@@ -37,7 +41,8 @@ func (n *nodeFlags) add(fs *pflag.FlagSet, withCapability bool) {
 func (c *client) stageCommand() *cobra.Command {
 	var n nodeFlags
 	var staging string
-	cmd := &cobra.Command{
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
 		Use:     "stage --volume ID --staging PATH",
 		Short:   "NodeStageVolume",
 		Long:    nodeLong,
@@ -51,13 +56,23 @@ func (c *client) stageCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return unary(ctx, c, "NodeStageVolume", func(ctx context.Context) (*csi.NodeStageVolumeResponse, error) {
+			var header metadata.MD
+			err = unary(ctx, c, "NodeStageVolume", func(ctx context.Context) (*csi.NodeStageVolumeResponse, error) {
 				return c.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 					VolumeId: n.volume, StagingTargetPath: staging, VolumeCapability: vcap,
-					VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets})
+					VolumeContext: n.volumeCtx, PublishContext: n.publishCtx, Secrets: n.secrets}, grpc.Header(&header))
 			}, func(out io.Writer, _ *csi.NodeStageVolumeResponse) {
+				if conn := header.Get(pcsi.HeaderNotStaged); len(conn) > 0 {
+					fmt.Fprintf(out, "volume %s was not staged: the node service answered OK without staging, because connection %q's upstream does not stage (no STAGE_UNSTAGE_VOLUME; SPEC §6); nothing was mounted at %s: publish it without --staging\n", n.volume, conn[0], staging)
+					return
+				}
 				fmt.Fprintf(out, "staged volume %s at %s\n", n.volume, staging)
 			})
+			if conn := header.Get(pcsi.HeaderNotStaged); err == nil && c.output == "json" && len(conn) > 0 {
+				// stdout holds the response alone; the note goes beside it.
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: volume %s was not staged: connection %q's upstream does not stage; nothing was mounted at %s\n", n.volume, conn[0], staging)
+			}
+			return err
 		}),
 	}
 	n.add(cmd.Flags(), true)

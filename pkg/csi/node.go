@@ -4,7 +4,9 @@ import (
 	"context"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
@@ -27,9 +29,16 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 	return resp, nil
 }
 
+// HeaderNotStaged is the gRPC response header NodeStageVolume sets, to
+// the connection's name, when it answers OK without staging because the
+// connection's upstream does not stage (SPEC §6). CSI has no field for it,
+// and the CO needs none (NodePublishVolume then drops the staging path);
+// the CLI's stage reads it to say that nothing was mounted.
+const HeaderNotStaged = "x-proxy-topology-not-staged"
+
 // NodeStageVolume forwards to upstreams that stage and succeeds without a
 // call for those that do not (checking the request itself then, since it
-// answers).
+// answers, and saying so in HeaderNotStaged).
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	fields := []field{
 		{"staging_target_path", req.GetStagingTargetPath() == ""},
@@ -48,6 +57,8 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if err := missing(fields...); err != nil {
 			return nil, err
 		}
+		// Outside a gRPC server (a direct call) there is no header to set.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderNotStaged, c.Name))
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	out := outbound(req)

@@ -12,7 +12,8 @@ import (
 // filecopy snapshot IDs ("snapshot_driver=filecopy&snapshot_id=<volume
 // id>-<snapshot name>") are 123 bytes for Kubernetes names. A profile with
 // IDLength pads local-hostpath's own IDs ("vol-" or "snap-" and 32 hex
-// digits) in front, ceph-csi style, to exactly that length:
+// digits, a volume's followed by "-" and its base path's 8-digit
+// fingerprint) in front, ceph-csi style, to exactly that length:
 //
 //	0001-0024-6d2a6c5e-…-0000000000000002_vol-0123…
 //

@@ -125,3 +125,22 @@ func TestDeclaredTopologyIsNotPinned(t *testing.T) {
 		t.Errorf("accessible_topology (-want +got):\n%s", diff)
 	}
 }
+
+// TestDecideNodeLocalNodeNameNoLabelValue: a node name of 93 bytes (a
+// real cloud name with a long domain) is no label value, so no node could
+// carry the pin: CreateVolume is FAILED_PRECONDITION naming the
+// connection, the name and why, never a pin; a name of 63 bytes is pinned.
+func TestDecideNodeLocalNodeNameNoLabelValue(t *testing.T) {
+	o := Options{Prefix: "p.example.com", Type: "zone"}
+	long := "ip-10-200-30-40." + strings.Repeat("x", 60) + ".compute.internal"
+	_, err := o.DecideNodeLocal("disk", Host{Name: long}, nil, nil)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `connection "disk" is node-local`) ||
+		!strings.Contains(err.Error(), `node name "`+long+`" (93 bytes) is not a valid label value (must be no more than 63 bytes)`) {
+		t.Errorf("93-byte node name: %v", err)
+	}
+	ok := strings.Repeat("n", 63)
+	d, err := o.DecideNodeLocal("disk", Host{Name: ok}, nil, nil)
+	if err != nil || len(d.Topologies()) != 1 || d.Topologies()[0].GetSegments()["p.example.com/node"] != ok {
+		t.Errorf("63-byte node name: %v, %v", d.Topologies(), err)
+	}
+}

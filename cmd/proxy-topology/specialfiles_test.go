@@ -6,25 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// mkfifo makes a real FIFO at path; a writer opened on cleanup unblocks a
-// reader a regression would leave waiting, so the test fails instead of
-// hanging.
-func mkfifo(t *testing.T, path string) {
-	t.Helper()
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	t.Cleanup(func() {
-		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	})
-}
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
+)
 
 // bounded runs f and fails the test if it takes longer than 10 s.
 func bounded(t *testing.T, what string, f func()) {
@@ -53,7 +39,7 @@ func TestCheckSpecialFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(folder, "good.yaml"), []byte("driver: csi\ncsi:\n  endpoint: unix:///csi/good.sock\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	mkfifo(t, filepath.Join(folder, "fifo.yaml"))
+	testkit.Mkfifo(t, filepath.Join(folder, "fifo.yaml"))
 	if err := os.Symlink("/dev/zero", filepath.Join(folder, "zero.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +67,7 @@ func TestCheckSpecialFiles(t *testing.T) {
 func TestConfigSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
-	mkfifo(t, fifo)
+	testkit.Mkfifo(t, fifo)
 	zero := filepath.Join(dir, "zero.yaml")
 	if err := os.Symlink("/dev/zero", zero); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -18,6 +19,21 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// Mkfifo makes a real FIFO at path. A writer opened on cleanup unblocks
+// a reader that a regression would leave waiting for one, so such a test
+// fails instead of hanging.
+func Mkfifo(t testing.TB, path string) {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+}
 
 // WantCode fails the test at once unless err is a gRPC status with code
 // want, and marks it failed if the message lacks one of fragments.

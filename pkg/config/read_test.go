@@ -6,9 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // TestReadFileRefusesWhatIsNoConfig: a real FIFO, a real symlink to
@@ -18,16 +19,7 @@ import (
 func TestReadFileRefusesWhatIsNoConfig(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	// A regression would block on the FIFO: a writer opened on cleanup
-	// unblocks it so the test fails instead of hanging.
-	t.Cleanup(func() {
-		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	})
+	testkit.Mkfifo(t, fifo)
 	zero := filepath.Join(dir, "zero.yaml")
 	if err := os.Symlink("/dev/zero", zero); err != nil {
 		t.Fatal(err)

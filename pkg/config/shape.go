@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,12 +118,7 @@ func (w *shapeWalk) walk(path string, n *yaml.Node, t reflect.Type) {
 		}
 	case reflect.Map:
 		pairs := mappingPairs(n)
-		keys := make([]string, 0, len(pairs))
-		for k := range pairs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(pairs)) {
 			w.walk(fmt.Sprintf("%s[%q]", path, k), pairs[k], t.Elem())
 		}
 	case reflect.Slice:

@@ -7,6 +7,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/democratic-csi/proxy-topology/pkg/labels"
 )
 
 // FuzzAnswer checks upstreamTopology's rules on arbitrary maps, answers
@@ -14,8 +16,9 @@ import (
 // answer uses only the proxy's keys (every key a map target, a narrowing
 // requisite key, or an entry's segment) with valid label values, and lies
 // inside the requisite (some requisite term agrees with each topology on
-// their shared keys); a requirement sent upstream uses only upstream keys
-// of the map.
+// their shared keys); a node-local connection's accepted answer to a
+// non-empty upstream answer is never "everywhere"; a requirement sent
+// upstream uses only upstream keys of the map.
 func FuzzAnswer(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 1, 2, 3, 1, 0, 2, 1, 2, 1, 5, 0})
 	f.Add([]byte{0, 2, 2, 0, 4, 6, 0, 3, 1, 3, 1, 4, 2, 2, 1, 6, 0})
@@ -48,8 +51,15 @@ func FuzzAnswer(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if len(answer) > 0 && d.Everywhere() && (c.NodeLocal() || !c.Upstream().Empty()) {
+			t.Fatalf("accepted answer %v of a mapped connection (node-local: %v) is everywhere", answer, c.NodeLocal())
+		}
+		proxyKeys := answerKeys(c, entries, req.GetRequisite(), opts)
 		for _, top := range d.Topologies() {
 			for k, v := range top.GetSegments() {
+				if !proxyKeys[k] {
+					t.Fatalf("accepted answer %v has key %q, which is no map target, requisite key or declared label", top, k)
+				}
 				if p := labelValueProblem(v); p != "" {
 					t.Fatalf("accepted answer has value %q for %q: %s", v, k, p)
 				}
@@ -59,6 +69,30 @@ func FuzzAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// answerKeys is every key an accepted answer may carry: the map's
+// targets, the keys of the requisite (which narrows), and the declared
+// entries' requirement keys (with the prefix) and extra labels.
+func answerKeys(c *Compiled, entries []Entry, requisite []*csi.Topology, opts Options) map[string]bool {
+	keys := map[string]bool{}
+	for _, to := range c.Upstream().toProxy {
+		keys[to] = true
+	}
+	for _, q := range requisite {
+		for k := range q.GetSegments() {
+			keys[k] = true
+		}
+	}
+	for _, e := range entries {
+		for k := range e.Requirements {
+			keys[labels.FullKey(opts.Prefix, k)] = true
+		}
+		for k := range e.Extra {
+			keys[k] = true
+		}
+	}
+	return keys
 }
 
 // agrees reports whether two topologies have the same value for every key

@@ -120,12 +120,18 @@ func appendUnique(list []*csi.Topology, t *csi.Topology) []*csi.Topology {
 
 // translate turns an upstream's accessible_topology into the proxy's
 // keys, term by term. Every key must be mapped and every value must be a
-// valid label value (it becomes PV node affinity); otherwise the error
-// names the term, the key or the value.
+// valid label value (it becomes PV node affinity), and no term may be
+// empty (a term without keys admits every node, so the volume would be
+// reported reachable everywhere whatever the other terms say); otherwise
+// the error names the term, the key or the value.
 func (u UpstreamMap) translate(answer []*csi.Topology) ([]map[string]string, error) {
 	out := make([]map[string]string, 0, len(answer))
 	for i, t := range answer {
 		segs := termSegments(t)
+		if len(segs) == 0 {
+			return nil, fmt.Errorf("the upstream answered an empty term: accessible_topology[%d] of %s has no key, which would make the volume reachable from every node; an upstream with %s must name where each volume is",
+				i, showTopologies(answer), upstreamPath)
+		}
 		translated := make(map[string]string, len(segs))
 		for _, s := range segs {
 			to, ok := u.toProxy[s.key]
@@ -157,8 +163,8 @@ func (u UpstreamMap) translate(answer []*csi.Topology) ([]map[string]string, err
 // other keys as Decide narrows (never by the node key), so the volume is
 // never reported reachable from a node no requisite term admits.
 //
-// An error is the refusal, without a status: an unmapped key, an invalid
-// value, a term outside the topology list, or an answer no requisite term
+// An error is the refusal, without a status: an empty term, an unmapped
+// key, an invalid value, a term outside the topology list, or an answer no requisite term
 // admits. The caller deletes the upstream volume and fails the call with
 // FAILED_PRECONDITION (AnswerCode).
 func (c *Compiled) Answer(upstream []*csi.Topology, requisite []*csi.Topology) (Decision, error) {

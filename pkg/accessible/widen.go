@@ -68,6 +68,12 @@ func (p Placement) Created(file string, t *Compiled, decision Decision, upstream
 			return Decision{}, err
 		}
 		if t.nodeLocal {
+			if d.Everywhere() {
+				// Answer refuses empty terms, so this is a safety net: a
+				// node-local volume is never reachable from every node.
+				return Decision{}, fmt.Errorf("the upstream answered accessible_topology %s, which names no node, but the connection is node-local (its volumes live on one node's disk)",
+					showTopologies(upstream))
+			}
 			for _, top := range d.topologies {
 				if n := top[t.nodeKey]; n != p.Host.Name {
 					return Decision{}, fmt.Errorf("the upstream answered accessible_topology %s, which puts the volume on node %q, but this node-local connection's controller runs on node %q: give the upstream the proxy's node name (its node id, e.g. CSI_NODE_ID=$NODE_NAME)",

@@ -93,6 +93,8 @@ func TestUpstreamTopologyZonal(t *testing.T) {
 			msg: []string{`key "fake.example.com/rack"`, "proxy.perDriver.upstreamTopology does not map", "the upstream object was deleted"}},
 		{name: "a value that is no label value", answer: []*csi.Topology{topo(fakeZoneKey, "zone two")},
 			code: codes.FailedPrecondition, deleted: true, msg: []string{`value "zone two"`, "not a valid label value"}},
+		{name: "an empty term, no topology list", answer: []*csi.Topology{{}},
+			code: codes.FailedPrecondition, deleted: true, msg: []string{`connection "up"`, "the upstream answered an empty term", "the upstream object was deleted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := createAndCheck(t, zonal, tc.entries, tc.answer, tc.req, tc.want, tc.code, tc.msg)
@@ -179,6 +181,10 @@ func TestUpstreamTopologyNodeLocal(t *testing.T) {
 			msg: []string{`connection "up" is node-local`, `this controller runs on node "node-1"`, `asked for node "node-2"`}},
 		{name: "the upstream names another node", answer: []*csi.Topology{topo(fakeNodeKey, "node-9")}, code: codes.FailedPrecondition,
 			asked: true, deleted: true, msg: []string{`on node "node-9"`, `runs on node "node-1"`, "the upstream object was deleted"}},
+		{name: "an empty term alone", answer: []*csi.Topology{{}}, code: codes.FailedPrecondition,
+			asked: true, deleted: true, msg: []string{`connection "up"`, "the upstream answered an empty term", "the upstream object was deleted"}},
+		{name: "an empty term beside this node", answer: []*csi.Topology{topo(fakeNodeKey, "node-1"), {}}, code: codes.FailedPrecondition,
+			asked: true, deleted: true, msg: []string{`connection "up"`, "the upstream answered an empty term", "accessible_topology[1]", "the upstream object was deleted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := createAndCheck(t, nodeMap, nil, tc.answer, tc.req, tc.want, tc.code, tc.msg)

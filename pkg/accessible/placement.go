@@ -44,20 +44,56 @@ func (p Placement) Decide(name string, t *Compiled, requisite, preferred []*csi.
 // otherwise a node-local connection reports the node serving the call,
 // which holds every volume it can see, and any other connection its whole
 // topology (the proxy keeps no record of what CreateVolume chose).
-func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) Decision {
+//
+// An upstream answer that does not translate is never widened: the error
+// is an UntranslatedError carrying the narrowest report that is still
+// true, when there is one (the node pin of a node-local connection, the
+// declared topology list), for the caller to log and use; a mapped
+// connection with neither has no true report to give (its topology list
+// would be "everywhere"), and the caller fails the call.
+func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) (Decision, error) {
+	var cause error
 	if len(upstream) > 0 && !t.upstream.Empty() {
-		if d, err := t.Answer(upstream, nil); err == nil {
-			return d
+		d, err := t.Answer(upstream, nil)
+		if err == nil {
+			return d, nil
 		}
+		cause = err
 	}
-	if t.NodeLocal() {
-		if p.Host.Name == "" || labels.ValueError(p.Host.Name) != nil {
-			return Decision{} // nothing to pin to; CreateVolume refuses such volumes (NodeNameError)
-		}
-		return t.Options().Pin(p.Host)
+	var d Decision
+	switch {
+	case t.NodeLocal():
+		if p.Host.Name != "" && labels.ValueError(p.Host.Name) == nil {
+			d = t.Options().Pin(p.Host)
+		} // else nothing to pin to; CreateVolume refuses such volumes (NodeNameError)
+	case cause != nil && len(t.entries) == 0:
+		return Decision{}, UntranslatedError{Cause: cause}
+	default:
+		d = t.All()
 	}
-	return t.All()
+	if cause != nil {
+		return d, UntranslatedError{Cause: cause, Fallback: true}
+	}
+	return d, nil
 }
+
+// UntranslatedError is an existing volume's upstream answer that does not
+// translate (Placement.Existing). With Fallback, the Decision returned
+// with it is still true (the node pin, the declared topology) and may be
+// reported; without, nothing may be.
+type UntranslatedError struct {
+	Cause    error
+	Fallback bool
+}
+
+func (e UntranslatedError) Error() string {
+	if e.Fallback {
+		return e.Cause.Error()
+	}
+	return e.Cause.Error() + "; the connection declares no proxy.perDriver.topology to report instead, so the volume's topology is unknown"
+}
+
+func (e UntranslatedError) Unwrap() error { return e.Cause }
 
 // Admits reports whether a connection with topology t can serve a volume
 // accessible from topology (GetCapacity, a group's member choice). A

@@ -54,7 +54,11 @@ func TestPlacement(t *testing.T) {
 					t.Errorf("Decide (-want +got):\n%s", diff)
 				}
 			}
-			if diff := cmp.Diff(tc.existing, p.Existing(tc.t, nil).Topologies(), protocmp.Transform()); diff != "" {
+			existing, err := p.Existing(tc.t, nil)
+			if err != nil {
+				t.Fatalf("Existing: %v", err)
+			}
+			if diff := cmp.Diff(tc.existing, existing.Topologies(), protocmp.Transform()); diff != "" {
 				t.Errorf("Existing (-want +got):\n%s", diff)
 			}
 			if got := p.Admits(tc.t, zoneTerm("z1")); got != tc.admitsZ1 {
@@ -65,16 +69,61 @@ func TestPlacement(t *testing.T) {
 			}
 		})
 	}
-	if d := (Placement{}).Existing(mapped, nil); !d.Everywhere() {
-		t.Errorf("Existing without a host = %v, want nothing to pin to", d.Topologies())
+	if d, err := (Placement{}).Existing(mapped, nil); err != nil || !d.Everywhere() {
+		t.Errorf("Existing without a host = %v (%v), want nothing to pin to", d.Topologies(), err)
 	}
-	// What the upstream reports of an existing volume, translated, wins
-	// over the pin; an answer that does not translate falls back to it.
-	if diff := cmp.Diff(topos(topo(pk("node"), "n7")), p.Existing(mapped, topos(topo(dcsiNode, "n7"))).Topologies(), protocmp.Transform()); diff != "" {
-		t.Errorf("Existing with the upstream's answer (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(pin, p.Existing(mapped, topos(topo("other.example.com/x", "y"))).Topologies(), protocmp.Transform()); diff != "" {
-		t.Errorf("Existing with an untranslatable answer (-want +got):\n%s", diff)
+}
+
+// TestPlacementExisting (SPEC §8, §13): an existing volume's upstream
+// answer is reported translated; one that does not translate is never
+// widened: a node-local connection reports its node, one with a topology
+// list that list, and a mapped connection with neither has nothing true
+// to report (an UntranslatedError without fallback).
+func TestPlacementExisting(t *testing.T) {
+	p := Placement{Host: Host{Name: "n1", Segments: kvs(pk("zone"), "z1", pk("node"), "n1")}}
+	zonal := map[string]string{fakeZone: "zone"}
+	bad := topos(topo("other.example.com/x", "y"))
+	for _, tc := range []struct {
+		name     string
+		spec     Spec
+		upstream []*csi.Topology
+		want     []*csi.Topology
+		err      string // "" none, "fallback", "none"
+	}{
+		{name: "node-local, translated", spec: Spec{Upstream: map[string]string{dcsiNode: "node"}},
+			upstream: topos(topo(dcsiNode, "n7")), want: topos(topo(pk("node"), "n7"))},
+		{name: "node-local, untranslatable: the node", spec: Spec{Upstream: map[string]string{dcsiNode: "node"}},
+			upstream: bad, want: topos(topo(pk("node"), "n1")), err: "fallback"},
+		{name: "zonal, translated", spec: Spec{Upstream: zonal},
+			upstream: topos(topo(fakeZone, "z2")), want: topos(zoneTerm("z2"))},
+		{name: "zonal with a list, untranslatable: the list", spec: Spec{Upstream: zonal, Entries: []Entry{zoneEntry("z2")}},
+			upstream: bad, want: topos(zoneTerm("z2")), err: "fallback"},
+		{name: "zonal with a list, an empty term: the list", spec: Spec{Upstream: zonal, Entries: []Entry{zoneEntry("z2")}},
+			upstream: topos(&csi.Topology{}), want: topos(zoneTerm("z2")), err: "fallback"},
+		{name: "zonal without a list, untranslatable: nothing", spec: Spec{Upstream: zonal}, upstream: bad, err: "none"},
+		{name: "zonal without a list, nothing answered: everywhere", spec: Spec{Upstream: zonal}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := p.Existing(CompileSpec(tc.spec, zoneOpts), tc.upstream)
+			var ue UntranslatedError
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("Existing: %v", err)
+			case tc.err != "" && !errors.As(err, &ue):
+				t.Fatalf("Existing: err %v, want an UntranslatedError", err)
+			case tc.err != "" && ue.Fallback != (tc.err == "fallback"):
+				t.Fatalf("Existing: fallback %v, want %s (%v)", ue.Fallback, tc.err, err)
+			}
+			if tc.err == "none" {
+				if !strings.Contains(err.Error(), "declares no proxy.perDriver.topology") {
+					t.Errorf("message %q does not say why nothing is reported", err)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, d.Topologies(), protocmp.Transform()); diff != "" {
+				t.Errorf("Existing (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -241,7 +241,10 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			// Only a connection with upstreamTopology reads each volume's
 			// own answer; the others share one topology.
 			mapped := !c.Topology(d.opts.Topology).Upstream().Empty()
-			topology := d.existingTopology(c.Connection, nil)
+			topology, err := d.existingTopology(ctx, c.Connection, "", nil)
+			if err != nil {
+				return nil, "", err
+			}
 			out := resp.GetEntries()[:0]
 			for _, e := range resp.GetEntries() {
 				vol := e.GetVolume()
@@ -252,7 +255,11 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 				}
 				vol.VolumeId = id
 				if mapped {
-					vol.AccessibleTopology = d.existingTopology(c.Connection, vol.GetAccessibleTopology())
+					// A volume whose topology is unknown fails the listing
+					// (SPEC §6: a shortened list is never safer than an error).
+					if vol.AccessibleTopology, err = d.existingTopology(ctx, c.Connection, id, vol.GetAccessibleTopology()); err != nil {
+						return nil, "", err
+					}
 				} else {
 					vol.AccessibleTopology = topology
 				}

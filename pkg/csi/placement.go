@@ -1,7 +1,13 @@
 package csi
 
 import (
+	"context"
+	"errors"
+
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -42,9 +48,11 @@ func (p Placement) Created(c *connection.Connection, decision accessible.Decisio
 }
 
 // Existing is the accessible_topology reported for an existing volume of
-// c whose upstream reports upstream (accessible.Placement.Existing).
-func (p Placement) Existing(c *connection.Connection, upstream []*csi.Topology) []*csi.Topology {
-	return p.pure().Existing(c.Topology(p.Topology), upstream).Topologies()
+// c whose upstream reports upstream (accessible.Placement.Existing; its
+// error is an accessible.UntranslatedError).
+func (p Placement) Existing(c *connection.Connection, upstream []*csi.Topology) ([]*csi.Topology, error) {
+	d, err := p.pure().Existing(c.Topology(p.Topology), upstream)
+	return d.Topologies(), err
 }
 
 // Admits reports whether c can serve a volume accessible from topology
@@ -101,8 +109,24 @@ func (d *Driver) decide(c *connection.Connection, req *csi.TopologyRequirement) 
 	return d.placement().Decide(c, req)
 }
 
-func (d *Driver) existingTopology(c *connection.Connection, upstream []*csi.Topology) []*csi.Topology {
-	return d.placement().Existing(c, upstream)
+// existingTopology is what ControllerGetVolume and ListVolumes report for
+// volume id of c. An upstream answer that does not translate is logged
+// and the narrowest true report used in its place; when there is none the
+// volume's topology is unknown, and the call fails with
+// FAILED_PRECONDITION naming the connection and the volume (reporting
+// none would say "everywhere"; SPEC §8, §13).
+func (d *Driver) existingTopology(ctx context.Context, c *connection.Connection, id string, upstream []*csi.Topology) ([]*csi.Topology, error) {
+	topology, err := d.placement().Existing(c, upstream)
+	if err == nil {
+		return topology, nil
+	}
+	var ue accessible.UntranslatedError
+	if errors.As(err, &ue) && ue.Fallback {
+		d.log.WarnContext(ctx, "the upstream's accessible_topology of an existing volume does not translate; reporting the connection's own",
+			"connection", c.Name, "volume", id, "error", err)
+		return topology, nil
+	}
+	return nil, status.Errorf(codes.FailedPrecondition, "connection %q: volume %q: %v", c.Name, id, err)
 }
 
 func (d *Driver) admits(c *connection.Connection, topology *csi.Topology) bool {

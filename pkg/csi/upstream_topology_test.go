@@ -153,6 +153,52 @@ func TestUpstreamTopologyZonal(t *testing.T) {
 	})
 }
 
+// TestExistingUntranslatable (SPEC §8, §13): an existing volume whose
+// upstream answer does not translate (the fake reports an unmapped rack
+// key) is never reported wider than it is: a node-local connection
+// reports its node, one with a topology list that list, and a mapped
+// connection with neither fails ControllerGetVolume and ListVolumes with
+// FAILED_PRECONDITION naming the connection and the volume.
+func TestExistingUntranslatable(t *testing.T) {
+	caps := withControllerCaps(csi.ControllerServiceCapability_RPC_GET_VOLUME, csi.ControllerServiceCapability_RPC_LIST_VOLUMES)
+	for _, tc := range []struct {
+		name    string
+		m       map[string]string
+		entries []accessible.Entry
+		want    []*csi.Topology
+	}{
+		{name: "node-local: the node", m: map[string]string{fakeNodeKey: "node"}, want: []*csi.Topology{topo(testPrefix+"/node", "node-1")}},
+		{name: "zonal with a list: the list", m: map[string]string{fakeZoneKey: "zone"}, entries: zoneEntries("z2"),
+			want: []*csi.Topology{topo(testPrefix+"/zone", "z2")}},
+		{name: "zonal without a list: refused", m: map[string]string{fakeZoneKey: "zone"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeUpstream(t, caps, withVolumes("vol-1"))
+			p := startProxy(t)
+			p.add(t, "up", conn{Endpoint: f.Endpoint, Topology: tc.entries, UpstreamTopology: tc.m})
+			got, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:up/vol-1"})
+			list, lerr := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+			if tc.want == nil {
+				testkit.WantCode(t, err, codes.FailedPrecondition, `connection "up"`, `volume "v:up/vol-1"`, `key "upstream.example.com/rack"`, "declares no proxy.perDriver.topology")
+				testkit.WantCode(t, lerr, codes.FailedPrecondition, `connection "up"`, `volume "v:up/vol-1"`)
+				return
+			}
+			if err != nil || lerr != nil {
+				t.Fatalf("ControllerGetVolume: %v; ListVolumes: %v", err, lerr)
+			}
+			if d := diff(tc.want, got.GetVolume().GetAccessibleTopology()); d != "" {
+				t.Errorf("ControllerGetVolume accessible_topology (-want +got):\n%s", d)
+			}
+			if len(list.GetEntries()) != 1 {
+				t.Fatalf("ListVolumes entries %v, want one", list.GetEntries())
+			}
+			if d := diff(tc.want, list.GetEntries()[0].GetVolume().GetAccessibleTopology()); d != "" {
+				t.Errorf("ListVolumes accessible_topology (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 // TestUpstreamTopologyNodeLocal (SPEC §12, §13): an upstream mapped to the
 // node key is node-local: its volume is pinned to the node (the
 // controller's, node-1), a claim for another node is RESOURCE_EXHAUSTED

@@ -93,7 +93,9 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	if vol := resp.GetVolume(); vol != nil {
 		vol.VolumeId = req.GetVolumeId()
-		vol.AccessibleTopology = d.existingTopology(c.Connection, vol.GetAccessibleTopology())
+		if vol.AccessibleTopology, err = d.existingTopology(ctx, c.Connection, req.GetVolumeId(), vol.GetAccessibleTopology()); err != nil {
+			return nil, err
+		}
 		if src := vol.GetContentSource(); src != nil {
 			vol.ContentSource = wrapSource(c, src)
 		}

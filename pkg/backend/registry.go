@@ -29,9 +29,6 @@ type Conn struct {
 	// release) gives them back. A Survey's Conn holds none: the survey
 	// does.
 	leases []*upstream.Lease
-	// refused is the loop guard's verdict when it refused this version of
-	// the connection; its clients are then released at once.
-	refused error
 }
 
 // Close releases the clients; the catalogue calls it once the connection
@@ -49,8 +46,8 @@ type Options struct {
 	// Pool shares upstream clients between connections. Required.
 	Pool *upstream.Pool
 	// Guard, if set, refuses a driver: csi connection that routes back to
-	// this proxy, when its clients are built and whenever a re-check
-	// (Guard.CheckIn) refused it since; nil checks nothing.
+	// this proxy while its latest check (when its clients are built, and
+	// each re-check, Guard.CheckIn) refused it; nil checks nothing.
 	Guard *SelfGuard
 	// BuildTimeout bounds the wait for a connection's upstream client to
 	// be made (a built-in driver touches its base path, which may hang);
@@ -130,29 +127,34 @@ func (r *Registry) Member(ctx context.Context, g *Conn, i int) (*Conn, error) {
 
 // bind returns the Conn attached to c, building its clients on the first
 // call for this version of the file. A build that failed is not attached,
-// so the next call tries again; a refusal by the loop guard is, for as
-// long as the version lives.
+// so the next call tries again. The loop guard checks a driver: csi
+// connection once per version here, and again with every capability
+// refresh; its verdict is kept by the guard, not by the version, so Get
+// refuses the connection only while the latest check refused it. A
+// version that is no driver: csi connection (rewritten as local-hostpath
+// or group) cannot route back, and clears a refusal of an earlier one.
 func (r *Registry) bind(ctx context.Context, c *connection.Connection) (*Conn, error) {
 	if a, ok := c.Attachment().(*Conn); ok {
-		return a, a.refused
+		return a, nil
 	}
 	b, err := r.build(ctx, c, nil)
 	if err != nil {
 		return nil, err
 	}
-	if g := r.opts.Guard; g != nil && c.Config.Driver == config.DriverCSI {
-		if err := g.Check(ctx, b); err != nil {
-			b.Close()
-			b.leases = nil
+	if g := r.opts.Guard; g != nil {
+		if c.Config.Driver != config.DriverCSI {
+			g.Forget(c.Name)
+		} else if err := g.Check(ctx, b); err != nil {
+			// The clients are kept: a later check that passes makes the
+			// connection usable without another build.
 			r.opts.Log.Error("connection refused", "connection", c.Name, "error", err)
-			b.refused = refused{connection.Broken(c.Name, err).Error()}
 		}
 	}
 	a := c.Attach(b).(*Conn)
 	if a != b {
 		b.Close() // another call attached its build first
 	}
-	return a, a.refused
+	return a, nil
 }
 
 // Build makes the clients of c for a caller that keeps them to itself

@@ -46,10 +46,11 @@ type SelfGuard struct {
 
 	mu     sync.Mutex
 	routes map[string][]string // connection name -> instances it reaches
-	// refused holds connections a re-check (RefreshCapabilities) found
-	// routing back after they loaded: two proxies that loaded their
-	// connections to each other at the same moment both accepted them,
-	// and only a later look at each other's routes-to shows the cycle.
+	// refused holds the connections whose latest check refused them,
+	// when their clients were built or at a re-check (RefreshCapabilities):
+	// two proxies that loaded their connections to each other at the same
+	// moment both accepted them, and only a later look at each other's
+	// routes-to shows the cycle.
 	refused map[string]error
 }
 
@@ -140,8 +141,18 @@ func (g *SelfGuard) CheckIn(ctx context.Context, c *Conn, r *Round) error {
 	return err
 }
 
+// Forget drops what the guard knows of the connection called name (its
+// refusal, the proxies it reaches): its file now names no driver: csi
+// upstream, so it cannot route back.
+func (g *SelfGuard) Forget(name string) {
+	g.mu.Lock()
+	delete(g.refused, name)
+	delete(g.routes, name)
+	g.mu.Unlock()
+}
+
 // Refused is the error of the last Check of the connection called name,
-// nil if it passed or was never checked.
+// nil if it passed, was never checked, or was forgotten.
 func (g *SelfGuard) Refused(name string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -43,7 +43,7 @@ func (v *Survey) Look(ctx context.Context, name string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a, ok := c.Attachment().(*Conn); ok && a.refused == nil {
+	if a, ok := c.Attachment().(*Conn); ok {
 		return a, nil
 	}
 	v.mu.Lock()

@@ -165,3 +165,51 @@ func TestSelfRouteRecheckAsksEachUpstreamOnce(t *testing.T) {
 		testkit.WantCode(t, err, codes.FailedPrecondition, "is refused", "route back to this proxy")
 	}
 }
+
+// TestSelfRouteRefusalAtLoadLifts: a connection refused when it loads
+// (the upstream already routes back) is refused only while the latest
+// check refuses it (docs/operations.md): a re-check that passes makes it
+// usable with no change to its file, and a rewrite of the file as
+// local-hostpath, which cannot route back, clears a refusal at once.
+func TestSelfRouteRefusalAtLoadLifts(t *testing.T) {
+	other := newFakeUpstream(t, withControllerCaps(listCaps...), withVolumes("x1"))
+	p, g := startGuardedProxy(t)
+	loop := &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v",
+		Manifest: map[string]string{backend.ManifestInstance: "other-proxy", backend.ManifestRoutesTo: g.Instance()}}
+	other.setResponse("GetPluginInfo", loop)
+	p.add(t, "to-other", conn{Endpoint: other.Endpoint})
+	list := func() []*csi.ListVolumesResponse_Entry {
+		t.Helper()
+		resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetEntries()
+	}
+	_, err := p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-other/x1"})
+	testkit.WantCode(t, err, codes.FailedPrecondition, `connection "to-other" is refused`, "route back to this proxy")
+	if n := len(list()); n != 0 {
+		t.Errorf("refused at load: listed %d volumes, want the connection skipped", n)
+	}
+
+	other.setResponse("GetPluginInfo", &csi.GetPluginInfoResponse{Name: "proxy.example.com", VendorVersion: "v",
+		Manifest: map[string]string{backend.ManifestInstance: "other-proxy"}})
+	p.Driver.RefreshCapabilities(callCtx(t))
+	if n := len(list()); n != 1 {
+		t.Errorf("after a passing re-check: listed %d volumes, want 1", n)
+	}
+
+	other.setResponse("GetPluginInfo", loop)
+	p.Driver.RefreshCapabilities(callCtx(t))
+	if n := len(list()); n != 0 {
+		t.Fatalf("refused again: listed %d volumes, want none", n)
+	}
+	p.write(t, "to-other", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+t.TempDir()+"\n")
+	_, err = p.Controller.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:to-other/x1"})
+	if err != nil && strings.Contains(err.Error(), "refused") {
+		t.Errorf("rewritten as local-hostpath: %v, want the refusal gone", err)
+	}
+	if err := g.Refused("to-other"); err != nil {
+		t.Errorf("rewritten as local-hostpath: the guard still refuses it: %v", err)
+	}
+}

@@ -18,7 +18,7 @@ import (
 const DefaultEndpoint = "unix:///run/csi/csi.sock"
 
 // Listen opens the CSI endpoint: unix:///path (or unix:/path), or
-// tcp://host:port for tests. For a unix socket the parent directory is
+// tcp://host:port (tcp://:port: every interface) for tests. For a unix socket the parent directory is
 // created (0750), a stale socket is removed only if nothing answers on it,
 // and the socket is made 0660 so only the owner and its group can call it.
 func Listen(endpoint string) (net.Listener, error) {

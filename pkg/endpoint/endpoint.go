@@ -73,6 +73,9 @@ const (
 	// AnyPort also accepts port 0 (any free port) in a TCP endpoint, for
 	// a listener.
 	AnyPort
+	// AnyHost also accepts an empty host (tcp://:port, every interface)
+	// in a TCP endpoint, for a listener.
+	AnyHost
 )
 
 // The forms each reader of endpoints accepts.
@@ -80,7 +83,7 @@ const (
 	// Upstream is a connection file's csi.endpoint and csi.nodeEndpoint.
 	Upstream = UnixURL | HostPort
 	// Listen is the proxy's own --csi-endpoint (TCP for tests).
-	Listen = UnixURL | TCPURL | AnyPort
+	Listen = UnixURL | TCPURL | AnyPort | AnyHost
 	// Dial is the csi command's --endpoint.
 	Dial = UnixURL | Path | TCPURL
 	// Any is every form, for comparing endpoints however written.
@@ -122,7 +125,7 @@ func cutUnix(s string) (string, bool) {
 // parseHostPort checks the host:port of s strictly.
 func parseHostPort(s, hostPort string, forms Form) (Endpoint, error) {
 	host, port, err := net.SplitHostPort(hostPort)
-	if err != nil || host == "" || port == "" {
+	if err != nil || (host == "" && forms&AnyHost == 0) || port == "" {
 		return Endpoint{}, fmt.Errorf("%q is %s", s, describe(forms))
 	}
 	min := 1
@@ -132,7 +135,7 @@ func parseHostPort(s, hostPort string, forms Form) (Endpoint, error) {
 	if n, err := strconv.Atoi(port); err != nil || n < min || n > 65535 || (port[0] == '0' && port != "0") || port[0] == '+' {
 		return Endpoint{}, fmt.Errorf("%q: port %q is not a number from %d to 65535 (a unix socket is written unix:///path)", s, port, min)
 	}
-	if net.ParseIP(host) == nil && !isHostname(host) {
+	if host != "" && net.ParseIP(host) == nil && !isHostname(host) {
 		return Endpoint{}, fmt.Errorf("%q: host %q is neither a DNS name nor an IP address (a unix socket is written unix:///path)", s, host)
 	}
 	return Endpoint{Scheme: TCP, Address: hostPort}, nil

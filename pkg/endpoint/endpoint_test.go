@@ -21,6 +21,8 @@ func TestParse(t *testing.T) {
 		{"unix-abstract:9000", Upstream, Endpoint{TCP, "unix-abstract:9000"}, "tcp://unix-abstract:9000"},
 		{"tcp://127.0.0.1:10000", Dial, Endpoint{TCP, "127.0.0.1:10000"}, "tcp://127.0.0.1:10000"},
 		{"tcp://127.0.0.1:0", Listen, Endpoint{TCP, "127.0.0.1:0"}, "tcp://127.0.0.1:0"},
+		{"tcp://:10000", Listen, Endpoint{TCP, ":10000"}, "tcp://:10000"},
+		{"tcp://:0", Listen, Endpoint{TCP, ":0"}, "tcp://:0"},
 		{"host:65535", Any, Endpoint{TCP, "host:65535"}, "tcp://host:65535"},
 	}
 	for _, tt := range tests {
@@ -59,6 +61,9 @@ func TestParseRefuses(t *testing.T) {
 		{"tcp://host", Listen, `"tcp://host" is neither unix:///path nor tcp://host:port`},
 		{"", Upstream, `"" is neither unix:///path nor host:port`},
 		{":9000", Upstream, `":9000" is neither unix:///path nor host:port`},
+		{"tcp://:9000", Dial, `"tcp://:9000" is none of unix:///path, /path or tcp://host:port`},
+		{"tcp://:", Listen, `"tcp://:" is neither unix:///path nor tcp://host:port`},
+		{"tcp://:x", Listen, `"tcp://:x": port "x" is not a number from 0 to 65535 (a unix socket is written unix:///path)`},
 		{"host:", Upstream, `"host:" is neither unix:///path nor host:port`},
 		{"::1:9000", Upstream, `"::1:9000" is neither unix:///path nor host:port`},
 		{"Unix:relative.sock", Upstream, `"Unix:relative.sock": port "relative.sock" is not a number from 1 to 65535 (a unix socket is written unix:///path)`},

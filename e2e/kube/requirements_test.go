@@ -34,9 +34,8 @@ func rawTerms(t *testing.T, pv *corev1.PersistentVolume) []string {
 	return out
 }
 
-// TestProvisionerRequirements covers with the real csi-provisioner what
-// only a model of it covered before (e2e/provisioner_model_test.go,
-// retired): the accessibility requirements the provisioner builds with
+// TestProvisionerRequirements covers with the real csi-provisioner the
+// accessibility requirements the provisioner builds with
 // --immediate-topology=true and --strict-topology=false, the flags the
 // external-provisioner defaults to, as seen in the order of the PV's node
 // affinity terms (proxy-topology orders accessible_topology by the first

@@ -327,7 +327,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			// Look for a cycle again: another proxy's routes-to may have
 			// grown since this connection loaded (the two loaded at the
 			// same moment). A refused connection fails its calls and is
-			// left out of listings (Driver.connection, fanOut).
+			// left out of listings (backend.Registry.Get refuses it).
 			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
 				if err := g.CheckIn(cctx, c, round); err != nil {
 					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)

@@ -151,9 +151,12 @@ var matrixRows = []matrixRow{
 		// §13), so the connection is node-local and every volume is pinned
 		// to the node (the proxy and the driver share the node id
 		// sanity-node). csi-sanity's requests reach the proxy as it sends
-		// them; what the external-provisioner sends a node-local
-		// connection is covered with the real provisioner in e2e-kube
-		// (TestNodeLocalProvisioning).
+		// them. What the real external-provisioner sends a node-local
+		// connection is covered in e2e-kube for the built-in driver
+		// (TestNodeLocalProvisioning), whose placement a mapped upstream
+		// shares (accessible.Placement); a mapped node-local upstream is
+		// checked with such requests in pkg/csi
+		// (TestUpstreamTopologyNodeLocal).
 		connectionExtra: "proxy:\n  perDriver:\n    upstreamTopology: {topology.hostpath.csi/node: node}\n",
 	},
 	{

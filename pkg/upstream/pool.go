@@ -173,13 +173,15 @@ var (
 
 // CSI leases the shared client of an external endpoint (unix:///path or
 // host:port, as a connection file names it) for the connection owner.
-// grpc.NewClient does not dial, so this does not wait for the upstream.
+// Clients are shared by the endpoint's canonical form, so unix:/a and
+// unix:///a share one. grpc.NewClient does not dial, so this does not
+// wait for the upstream.
 func (p *Pool) CSI(ctx context.Context, owner, ep string) (*Lease, error) {
-	return p.acquire(ctx, "csi:"+ep, owner, nil, func() (*Client, error) {
-		parsed, err := endpoint.Parse(ep, endpoint.Upstream)
-		if err != nil {
-			return nil, err
-		}
+	parsed, err := endpoint.Parse(ep, endpoint.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	return p.acquire(ctx, "csi:"+parsed.String(), owner, nil, func() (*Client, error) {
 		c := newClient(ep)
 		c.endpoint = parsed
 		conn, err := grpc.NewClient(parsed.Target(),

@@ -145,3 +145,23 @@ func TestCSIReconnectsSoonAfterOutage(t *testing.T) {
 		t.Logf("calls succeed again %v after the upstream came back", d)
 	}
 }
+
+// TestCSISharedByCanonicalEndpoint: two spellings of one endpoint
+// (unix:/a, unix:///a, unix:///x/../a) lease one client; another endpoint
+// gets its own.
+func TestCSISharedByCanonicalEndpoint(t *testing.T) {
+	p := quietPool(t)
+	dir := t.TempDir()
+	a := leaseCSI(t, p, "unix:"+dir+"/a.sock")
+	for _, ep := range []string{"unix://" + dir + "/a.sock", "unix://" + dir + "/x/../a.sock"} {
+		if c := leaseCSI(t, p, ep); c != a {
+			t.Errorf("%s: a client of its own, want the one of unix:%s/a.sock", ep, dir)
+		}
+	}
+	if c := leaseCSI(t, p, "unix://"+dir+"/b.sock"); c == a {
+		t.Error("another socket shares the client of a.sock")
+	}
+	if n := p.Len(); n != 2 {
+		t.Errorf("Pool.Len() = %d, want 2", n)
+	}
+}

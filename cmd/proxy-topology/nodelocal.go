@@ -87,7 +87,7 @@ func checkNodeLocal(r *checkResult, c *config.Connection, cfg *config.Loaded) {
 // upstream gets, the answer translated by upstreamTopology and checked,
 // or the refusal.
 func dryRunDecide(stdout io.Writer, c *connection.Connection, req *csi.TopologyRequirement, answer []*csi.Topology, place pcsi.Placement) ([]*csi.Topology, error) {
-	if c.NodeLocal(place.Topology) {
+	if c.Topology(place.Topology).NodeLocal() {
 		fmt.Fprintf(stdout, "  node-local (no topology list, volumes stay on one node): decided as the controller on node %q\n", place.Host.Name)
 	}
 	d, err := place.Decide(c, req)

@@ -41,7 +41,9 @@ func (c *Conn) Close() {
 
 // Options configures a Registry.
 type Options struct {
-	// Catalogue holds the connection files. Required.
+	// Catalogue holds the connection files: required by Get, Member,
+	// List, Location and Survey; a registry used only to Build clients
+	// for connections its caller parsed (the check command) needs none.
 	Catalogue *connection.Store
 	// Pool shares upstream clients between connections. Required.
 	Pool *upstream.Pool
@@ -79,12 +81,6 @@ func New(opts Options) *Registry {
 	}
 	return &Registry{opts: opts, cat: opts.Catalogue}
 }
-
-// Catalogue is the store the registry reads connections from.
-func (r *Registry) Catalogue() *connection.Store { return r.cat }
-
-// Guard is the loop guard, or nil.
-func (r *Registry) Guard() *SelfGuard { return r.opts.Guard }
 
 // List names the connections that exist, sorted.
 func (r *Registry) List() ([]string, error) { return r.cat.List() }

@@ -47,7 +47,7 @@ func TestInspectSaysWhatGetSays(t *testing.T) {
 		if got.Attachment() != nil {
 			t.Errorf("Inspect(%q) has an attachment", name)
 		}
-		if d := cmp.Diff(want.Config, got.Config); d != "" || got.Name != want.Name || got.File != want.File || got.NodeLocal(opts) != want.NodeLocal(opts) {
+		if d := cmp.Diff(want.Config, got.Config); d != "" || got.Name != want.Name || got.File != want.File || got.Topology(opts).NodeLocal() != want.Topology(opts).NodeLocal() {
 			t.Errorf("Inspect(%q) differs from Get (-get +inspect):\n%s", name, d)
 		}
 	}

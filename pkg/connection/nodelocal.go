@@ -5,15 +5,13 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 )
 
-// NodeLocal reports a connection whose volumes live on one node's disk
-// (accessible.Spec.NodeLocal): a built-in local-hostpath connection that
-// declares no proxy.perDriver.topology (SPEC §12), or an upstream whose
-// proxy.perDriver.upstreamTopology maps to the node key without a
-// topology list (SPEC §13).
-func (c *Connection) NodeLocal(opts accessible.Options) bool { return IsNodeLocal(c.Config, opts) }
-
-// IsNodeLocal is NodeLocal for a parsed connection file (check and serve
-// use it before any connection is loaded).
+// IsNodeLocal reports a parsed connection file whose volumes live on one
+// node's disk (accessible.Spec.NodeLocal): a built-in local-hostpath
+// connection that declares no proxy.perDriver.topology (SPEC §12), or an
+// upstream whose proxy.perDriver.upstreamTopology maps to the node key
+// without a topology list (SPEC §13). check and serve use it before any
+// connection is loaded; a loaded Connection answers from its compiled
+// topology, built once (Connection.Topology(opts).NodeLocal()).
 func IsNodeLocal(cfg *config.Connection, opts accessible.Options) bool {
 	return cfg != nil && cfg.Driver != config.DriverGroup && cfg.Topology().NodeLocal(opts)
 }

@@ -319,7 +319,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			if c.IsGroup() {
 				return // no upstream of its own; its members are asked
 			}
-			if c.NodeLocal(d.opts.Topology) {
+			if c.Topology(d.opts.Topology).NodeLocal() {
 				mu.Lock()
 				nodeLocal = append(nodeLocal, name)
 				mu.Unlock()

@@ -100,13 +100,21 @@ func ReplaceFile(t testing.TB, path, content string, perm os.FileMode) {
 // socket cannot be made it marks the test failed and returns nil.
 func ServeUnix(t testing.TB, path string, register func(*grpc.Server), opts ...grpc.ServerOption) *grpc.Server {
 	t.Helper()
+	s := grpc.NewServer(opts...)
+	register(s)
+	return Serve(t, path, s)
+}
+
+// Serve is ServeUnix for a server the caller built (the proxy's own, with
+// its interceptors): it serves s on a new unix socket at path until the
+// test ends and returns s, or marks the test failed and returns nil.
+func Serve(t testing.TB, path string, s *grpc.Server) *grpc.Server {
+	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Errorf("serve on %s: %v", path, err)
 		return nil
 	}
-	s := grpc.NewServer(opts...)
-	register(s)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Serve(l) }()
 	t.Cleanup(func() { s.Stop(); <-done })

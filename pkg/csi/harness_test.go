@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
@@ -207,19 +208,9 @@ func topo(kv ...string) *csi.Topology {
 // connection to it; both are stopped when the test ends.
 func serveGRPC(tb testing.TB, path string, srv *grpc.Server, dial ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
-	lis, err := pcsi.Listen("unix://" + path)
-	if err != nil {
-		tb.Fatal(err)
+	if testkit.Serve(tb, path, srv) == nil {
+		tb.FailNow()
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	tb.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
 	conn, err := grpc.NewClient("unix://"+path, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		tb.Fatal(err)

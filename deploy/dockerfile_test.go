@@ -236,17 +236,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	// One image name everywhere.
-	var chart struct {
-		AppVersion string `json:"appVersion"`
-	}
-	var values struct {
-		Image struct {
-			Repository string `json:"repository"`
-		} `json:"image"`
-	}
-	readYAML(t, "helm/proxy-topology/Chart.yaml", &chart)
-	readYAML(t, "helm/proxy-topology/values.yaml", &values)
-	want := values.Image.Repository + ":" + chart.AppVersion
+	want := chartImage(t)
 	if got := container(t, m.ctrl.Spec.Template.Spec, "proxy-topology").Image; got != want {
 		t.Errorf("deploy/kubernetes runs %s, the chart %s", got, want)
 	}
@@ -257,6 +247,23 @@ func TestDockerfile(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^IMAGE \?= ` + regexp.QuoteMeta(want) + `$`).Match(mk) {
 		t.Errorf("the Makefile's IMAGE is not %s", want)
 	}
+}
+
+// chartImage is the image the chart runs: its repository value and the
+// chart's appVersion.
+func chartImage(t *testing.T) string {
+	t.Helper()
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	var values struct {
+		Image struct {
+			Repository string `json:"repository"`
+		} `json:"image"`
+	}
+	readYAML(t, "helm/proxy-topology/Chart.yaml", &chart)
+	readYAML(t, "helm/proxy-topology/values.yaml", &values)
+	return values.Image.Repository + ":" + chart.AppVersion
 }
 
 func readYAML(t *testing.T, path string, v any) {

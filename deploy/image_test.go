@@ -66,17 +66,7 @@ func TestImageArchive(t *testing.T) {
 		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
 	}
 	m := manifest[0]
-	var chart struct {
-		AppVersion string `json:"appVersion"`
-	}
-	var values struct {
-		Image struct {
-			Repository string `json:"repository"`
-		} `json:"image"`
-	}
-	readYAML(t, "helm/proxy-topology/Chart.yaml", &chart)
-	readYAML(t, "helm/proxy-topology/values.yaml", &values)
-	if want := values.Image.Repository + ":" + chart.AppVersion; !slices.Equal(m.RepoTags, []string{want}) {
+	if want := chartImage(t); !slices.Equal(m.RepoTags, []string{want}) {
 		t.Errorf("the archive is tagged %v; the chart runs %s", m.RepoTags, want)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/democratic-csi/proxy-topology/internal/deploycheck"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 )
@@ -34,72 +35,12 @@ func loadOverlay(t *testing.T, dir string) *manifests {
 	return m
 }
 
-// checkUpstreamWiring checks one pod's wiring of upstream name (SPEC §14):
-// a container upstream-<name> with CSI_ENDPOINT=unix:///csi/csi.sock and
-// NODE_NAME from spec.nodeName, an emptyDir mounted at /csi in it and at
-// /csi/upstreams/<name> in proxy-topology's container and nowhere else;
-// on the node side privileged, with the kubelet directory (Bidirectional)
-// and the host's /dev.
+// checkUpstreamWiring fails t with what deploycheck.UpstreamWiring finds.
 func checkUpstreamWiring(t *testing.T, where string, spec corev1.PodSpec, name string, node bool) {
 	t.Helper()
-	up := container(t, spec, "upstream-"+name)
-	proxy := container(t, spec, "proxy-topology")
-	vols := map[string]corev1.Volume{}
-	for _, v := range spec.Volumes {
-		vols[v.Name] = v
+	for _, p := range deploycheck.UpstreamWiring(spec, name, node) {
+		t.Errorf("%s: %s", where, p)
 	}
-	plain, fields := env(up)
-	if !containsString(plain, "CSI_ENDPOINT=unix:///csi/csi.sock") || fields["NODE_NAME"] != "spec.nodeName" {
-		t.Errorf("%s: upstream-%s env %v %v: want CSI_ENDPOINT=unix:///csi/csi.sock and NODE_NAME from spec.nodeName", where, name, plain, fields)
-	}
-	var sock string
-	for _, m := range up.VolumeMounts {
-		if m.MountPath == "/csi" {
-			sock = m.Name
-		}
-	}
-	if v, ok := vols[sock]; !ok || v.EmptyDir == nil {
-		t.Fatalf("%s: upstream-%s has no emptyDir at /csi (mounts %+v)", where, name, up.VolumeMounts)
-	}
-	if m, ok := mountPath(proxy, sock); !ok || strings.TrimSuffix(m.MountPath, "/") != "/csi/upstreams/"+name {
-		t.Errorf("%s: proxy-topology mounts %s at %q, want /csi/upstreams/%s", where, sock, m.MountPath, name)
-	}
-	for _, c := range spec.Containers {
-		if _, ok := mountPath(c, sock); ok && c.Name != proxy.Name && c.Name != up.Name {
-			t.Errorf("%s: %s mounts the socket directory of upstream %s", where, c.Name, name)
-		}
-	}
-	if !node {
-		return
-	}
-	if sc := up.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
-		t.Errorf("%s: upstream-%s is not privileged", where, name)
-	}
-	kubelet, ok := mountPath(up, "kubelet-dir")
-	if !ok || kubelet.MountPropagation == nil || *kubelet.MountPropagation != corev1.MountPropagationBidirectional {
-		t.Errorf("%s: upstream-%s: no kubelet-dir with Bidirectional propagation: %+v", where, name, kubelet)
-	}
-	if v := vols["kubelet-dir"]; v.HostPath == nil || v.HostPath.Path != kubelet.MountPath {
-		t.Errorf("%s: kubelet-dir is %+v, mounted at %s", where, v.VolumeSource, kubelet.MountPath)
-	}
-	var dev bool
-	for _, m := range up.VolumeMounts {
-		if v := vols[m.Name]; m.MountPath == "/dev" && v.HostPath != nil && v.HostPath.Path == "/dev" {
-			dev = true
-		}
-	}
-	if !dev {
-		t.Errorf("%s: upstream-%s does not mount the host's /dev", where, name)
-	}
-}
-
-func containsString(l []string, s string) bool {
-	for _, e := range l {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestUpstreamOverlay: deploy/upstream-nfs as kustomize builds it wires
@@ -160,7 +101,7 @@ func TestUpstreamOverlay(t *testing.T) {
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("the documented connection: %v %q\n%s", err, warnings, file)
 	}
-	if c.Driver != "csi" || c.CSI.Endpoint != "unix:///csi/upstreams/nfs/csi.sock" {
+	if c.Driver != "csi" || c.CSI.Endpoint != deploycheck.UpstreamEndpoint("nfs") {
 		t.Errorf("the documented connection is driver %q endpoint %q, want csi on unix:///csi/upstreams/nfs/csi.sock", c.Driver, c.CSI.Endpoint)
 	}
 }

@@ -81,7 +81,8 @@ e2e:
 
 ## e2e-kube: the deploy/ manifests, the Helm chart and node plugins against a
 ## real kube-apiserver and etcd, and the real scheduler, controller-manager and
-## kubernetes-csi sidecars driving proxy-topology. The first run builds them,
+## kubernetes-csi sidecars driving proxy-topology. With DEMOCRATIC_CSI=<source
+## tree> the chart's democratic-csi upstream runs too (TestUpstreamsInPods). The first run builds them,
 ## helm and kustomize from the tools/ modules into .cache/bin (see
 ## docs/kubernetes.md for the times); later runs reuse them. Versions come from
 ## the tools modules' go.mod.
@@ -117,7 +118,7 @@ KUBE_LDFLAGS := -s -w -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
   -X $(KUBE_VERSION_PKG).gitTreeState=clean
 
 e2e-kube: kube-tools csi-tools etcd
-	PROXY_TOPOLOGY_E2E_KUBE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) \
+	PROXY_TOPOLOGY_E2E_KUBE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" \
 	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) \
 	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
 	  CSI_SNAPSHOTTER=$(CSI_SNAPSHOTTER) SNAPSHOT_CONTROLLER=$(SNAPSHOT_CONTROLLER) \

@@ -116,14 +116,7 @@ func TestAttach(t *testing.T) {
 	}
 	pod := waitPod(t, c, attachNamespace, metav1.FormatLabelSelector(dep.Spec.Selector))
 	run := newPodRun(t, c, pod)
-	ctr := run.container(t, "proxy-topology")
-	env := run.env(t, ctr)
-	env["KUBECONFIG"] = run.kubecfg
-	args := run.args(t, ctr)
-	proc := startProcess(t, "proxy-topology controller (attach)", binary, args, envList(env))
-	ctrl := &plugin{name: proc.name, cmd: proc.cmd, logs: proc.logs, exited: proc.exited, endpoint: flagValue(args, "--csi-endpoint")}
-	ctrl.ready(t)
-	t.Cleanup(func() { ctrl.conn.Close() })
+	startControllerContainer(t, run, "proxy-topology controller (attach)")
 	prov, _ := sidecar(t, run, "csi-provisioner", "CSI_PROVISIONER")
 	att, attArgs := sidecar(t, run, "csi-attacher", "CSI_ATTACHER")
 	if !contains(attArgs, "--leader-election") {

@@ -51,8 +51,29 @@ func startNodeContainer(t *testing.T, r *podRun) *plugin {
 			env["PROXY_TOPOLOGY_SET_PROXY__CONFIGFOLDER"] = r.volumes[m.Name]
 		}
 	}
+	return startProxyContainer(t, r, ctr, "proxy-topology "+r.pod.Spec.NodeName, env)
+}
+
+// startControllerContainer runs the proxy-topology container of a
+// controller pod with the Pod's args and env (the controller reads its
+// connections through the API, so no path moves) and waits until it is
+// ready.
+func startControllerContainer(t *testing.T, r *podRun, name string) *plugin {
+	t.Helper()
+	ctr := r.container(t, "proxy-topology")
+	env := r.env(t, ctr)
+	env["KUBECONFIG"] = r.kubecfg // in-cluster config, for a process
+	return startProxyContainer(t, r, ctr, name, env)
+}
+
+// startProxyContainer runs a pod's proxy-topology container with env,
+// in a mount namespace of its own when it mounts upstreams' sockets
+// (inMountNamespace), and waits until it answers Probe as ready.
+func startProxyContainer(t *testing.T, r *podRun, ctr *corev1.Container, name string, env map[string]string) *plugin {
+	t.Helper()
 	args := r.args(t, ctr)
-	proc := startProcess(t, "proxy-topology "+r.pod.Spec.NodeName, binary, args, envList(env))
+	bin, cmdArgs := r.inMountNamespace(t, ctr, binary, args)
+	proc := startProcess(t, name, bin, cmdArgs, envList(env))
 	p := &plugin{name: proc.name, cmd: proc.cmd, logs: proc.logs, exited: proc.exited, endpoint: flagValue(args, "--csi-endpoint")}
 	p.ready(t)
 	t.Cleanup(func() { p.conn.Close() })

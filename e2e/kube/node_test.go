@@ -195,6 +195,12 @@ func TestNodeLabelsVerbatimKey(t *testing.T) {
 // Node already has that label with another value) and the driver entry of
 // the CSINode lists the topology keys.
 func register(client kubernetes.Interface, nodeName string, info *csi.NodeGetInfoResponse) error {
+	return registerDriver(client, driverName, nodeName, info)
+}
+
+// registerDriver is register for a driver of another name (a second
+// release's); the CSINode lists that driver alone.
+func registerDriver(client kubernetes.Interface, driver, nodeName string, info *csi.NodeGetInfoResponse) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	segments := info.GetAccessibleTopology().GetSegments()
@@ -216,7 +222,7 @@ func register(client kubernetes.Interface, nodeName string, info *csi.NodeGetInf
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	drv := storagev1.CSINodeDriver{Name: driverName, NodeID: info.GetNodeId(), TopologyKeys: keys}
+	drv := storagev1.CSINodeDriver{Name: driver, NodeID: info.GetNodeId(), TopologyKeys: keys}
 	if n := info.GetMaxVolumesPerNode(); n > 0 {
 		c := int32(n)
 		drv.Allocatable = &storagev1.VolumeNodeResources{Count: &c}

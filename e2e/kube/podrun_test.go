@@ -384,3 +384,47 @@ func waitPod(t *testing.T, c *cluster, namespace, selector string) *corev1.Pod {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// csiRoot is where the containers of a pod with upstream drivers (SPEC
+// §14) find the upstreams' sockets: /csi in the upstream's container,
+// /csi/upstreams/<name> in proxy-topology's. Those paths are read from
+// connection files, not from args, so args cannot move them; a container
+// that mounts volumes there runs in a mount namespace of its own
+// (inMountNamespace) in which they are bind-mounted where the pod puts
+// them.
+const csiRoot = "/csi"
+
+// inMountNamespace returns the command line that runs binary with args
+// in a mount namespace of its own (unshare; host mounts propagate in,
+// nothing propagates out) where every volume the container mounts at or
+// under csiRoot is bind-mounted at its mount path, on a tmpfs at csiRoot.
+// A container with no such mount runs as it is. csiRoot is made on this
+// machine, empty, as the mount point (and removed when the test ends if
+// it was made here). Mounts the process makes stay in its namespace: this
+// is for proxy-topology's container, which reaches sockets there, not for
+// an upstream's node container, whose mounts kubelet must see.
+func (r *podRun) inMountNamespace(t *testing.T, ctr *corev1.Container, binary string, args []string) (string, []string) {
+	t.Helper()
+	var script []string
+	for _, m := range ctr.VolumeMounts {
+		mp := strings.TrimSuffix(m.MountPath, "/")
+		if mp != csiRoot && !strings.HasPrefix(mp, csiRoot+"/") {
+			continue
+		}
+		script = append(script, fmt.Sprintf("mkdir -p '%s' && mount --bind '%s' '%s'", mp, r.volumes[m.Name], mp))
+	}
+	if len(script) == 0 {
+		return binary, args
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatalf("container %s mounts volumes under %s, which it reads from files: running it needs unshare (util-linux) and root: %v", ctr.Name, csiRoot, err)
+	}
+	if err := os.Mkdir(csiRoot, 0o755); err == nil {
+		t.Cleanup(func() { _ = os.Remove(csiRoot) })
+	} else if !os.IsExist(err) {
+		t.Fatalf("the mount point %s: %v", csiRoot, err)
+	}
+	script = append([]string{"set -e", "mount -t tmpfs -o mode=0755 csi " + csiRoot}, script...)
+	script = append(script, `exec "$0" "$@"`)
+	return "unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", strings.Join(script, "\n"), binary}, args...)
+}

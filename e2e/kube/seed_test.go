@@ -48,14 +48,7 @@ func bindThroughSeedRelease(t *testing.T, c *cluster, pod *corev1.Pod, daemonSet
 	registerDaemonSetNodes(t, c, ns, daemonSet, stackNodes)
 
 	run := newPodRun(t, c, pod)
-	ctr := run.container(t, "proxy-topology")
-	env := run.env(t, ctr)
-	env["KUBECONFIG"] = run.kubecfg // in-cluster config, for a process
-	args := run.args(t, ctr)
-	proc := startProcess(t, "proxy-topology controller (seed)", binary, args, envList(env))
-	ctrl := &plugin{name: proc.name, cmd: proc.cmd, logs: proc.logs, exited: proc.exited, endpoint: flagValue(args, "--csi-endpoint")}
-	ctrl.ready(t)
-	t.Cleanup(func() { ctrl.conn.Close() })
+	ctrl := startControllerContainer(t, run, "proxy-topology controller (seed)")
 	prov, provArgs := sidecar(t, run, "csi-provisioner", "CSI_PROVISIONER")
 	for _, f := range seedExtraArgs(t) {
 		if n := count(provArgs, f); n != 1 {

@@ -230,13 +230,15 @@ func readValues(t *testing.T, path string, v any) {
 	}
 }
 
-// TestUpstreamsRenderRules: a connection given in connections wins over
-// the upstream's rendered one; in node-local mode the node pod's
+// TestUpstreamsRenderRules: the chart with issue 29's values passes helm
+// lint --strict; a connection given in connections wins over the
+// upstream's rendered one; in node-local mode the node pod's
 // democratic-csi serves the controller service too; and values the chart
 // cannot render are refused by helm template with a message naming the
 // key.
 func TestUpstreamsRenderRules(t *testing.T) {
 	need(t)
+	run(t, tools["HELM"], "lint", "--strict", "deploy/helm/proxy-topology", "--values", upstreamsValues)
 	own := "driver: csi\ncsi:\n  endpoint: unix:///csi/upstreams/nas1/csi.sock\n  timeout: 30s\n"
 	r := renderChart(t, "--values", upstreamsValues, "--set-string", "connections.nas1="+own)
 	if got := string(r.secretFile(t, "connections", "nas1.yaml")); got != own {
@@ -317,7 +319,11 @@ func TestUpstreamsPresetTable(t *testing.T) {
 		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
-		cols := strings.Split(strings.Trim(line, "| "), " | ")
+		cells := strings.Split(line, "|")
+		cols := cells[1 : len(cells)-1]
+		for i := range cols {
+			cols[i] = strings.TrimSpace(cols[i])
+		}
 		if len(cols) != 4 {
 			t.Fatalf("table row with %d columns: %s", len(cols), line)
 		}
@@ -450,8 +456,8 @@ func TestUpstreamsThreeSystems(t *testing.T) {
 			t.Errorf("the %s pod has %d containers %v; the page says %s", w.what, len(names), names, w.doc)
 		}
 	}
-	if replicas, _, _ := unstructured.NestedInt64(r.objs["Deployment/"+Namespace+"/proxy-topology-controller"].Object, "spec", "replicas"); replicas != 1 {
-		t.Errorf("controller replicas %d", replicas)
+	if replicas, _, _ := unstructured.NestedFieldNoCopy(r.objs["Deployment/"+Namespace+"/proxy-topology-controller"].Object, "spec", "replicas"); fmt.Sprint(replicas) != "1" {
+		t.Errorf("controller replicas %v", replicas)
 	}
 	if !r.node.HostNetwork || !r.node.HostIPC || r.ctrl.HostNetwork {
 		t.Errorf("host options: node network %v IPC %v, controller network %v", r.node.HostNetwork, r.node.HostIPC, r.ctrl.HostNetwork)

@@ -340,8 +340,10 @@ func publishAndWrite(t *testing.T, node *plugin, pv *corev1.PersistentVolume, st
 	nc := csi.NewNodeClient(node.conn)
 	staging := filepath.Join(tmp, "kubelet", pv.Name, "globalmount")
 	target := filepath.Join(tmp, "kubelet", pv.Name, "mount")
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{staging, target} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
 	}
 	capability := &csi.VolumeCapability{
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},

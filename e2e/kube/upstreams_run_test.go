@@ -30,6 +30,11 @@ const (
 	upsRelease   = "ups"
 	upsDriver    = "upstreams.e2e.proxy-topology"
 	upsNode      = "ups-node"
+	// The second release, in node-local mode, for democratic-csi's
+	// node-local local-hostpath.
+	upsNLRelease   = "upsnl"
+	upsNLNamespace = "e2e-upstreams-nl"
+	upsNLDriver    = "upstreams-nl.e2e.proxy-topology"
 	// genericImage stands for any CSI driver's image; its containers run
 	// proxy-topology's own standalone local-hostpath driver.
 	genericImage = "example.com/generic-csi:v1"
@@ -135,31 +140,7 @@ func TestUpstreamsInPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := yaml.Marshal(upsValues(data["generic"], data["local"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	valuesPath := filepath.Join(base, "values.yaml")
-	if err := os.WriteFile(valuesPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	objs := decodeObjects(t, run(t, tools["HELM"], "template", upsRelease, "deploy/helm/proxy-topology", "--namespace", upsNamespace, "--values", valuesPath))
-	c.ensureNamespace(t, upsNamespace)
-	t.Cleanup(func() {
-		c.deleteNamespace(t, upsNamespace)
-		for _, o := range objs {
-			if o.GetNamespace() == "" {
-				if r, err := c.resource(o); err == nil {
-					_ = r.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
-				}
-			}
-		}
-	})
-	for _, o := range objs {
-		if _, err := c.apply(ctx, o, false); err != nil {
-			t.Fatalf("installing %s: %v", key(o), err)
-		}
-	}
+	installRelease(t, c, upsRelease, upsNamespace, upsValues(data["generic"], data["local"]), base)
 
 	// The node: zone1, schedulable once its node plugin is registered.
 	labels := map[string]string{zoneLabel: "zone1", regionLbl: "region1", "kubernetes.io/hostname": upsNode}
@@ -224,37 +205,109 @@ func TestUpstreamsInPods(t *testing.T) {
 	s := &stack{c: c, provisioner: prov, controller: ctrl}
 	ensureModesNamespace(t, c)
 
-	for _, name := range []string{"generic", "local"} {
-		t.Run(name, func(t *testing.T) {
-			if name == "local" {
-				if dcsi == "" {
-					t.Skipf("%s is not set: democratic-csi's local-hostpath does not run here", democraticEnv)
-				}
-				skipWithoutUpstreamTopology(t, nodePod, name)
-			}
-			claim, app := "ups-"+name, "ups-"+name+"-app"
-			createClaim(t, c, claim, "ups-"+name)
-			createPod(t, c, app, claim, map[string]string{"kubernetes.io/hostname": upsNode})
-			pvc, _ := s.waitBoundAndScheduled(t, claim, app)
-			pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != upsDriver || !strings.HasPrefix(pv.Spec.CSI.VolumeHandle, "v:"+name+"/") {
-				t.Fatalf("PV %s is not a volume of connection %s: %+v", pv.Name, name, pv.Spec.CSI)
-			}
-			terms, _ := affinityTerms(pv)
-			t.Logf("claim %s bound to %s, node affinity %v", claim, pv.Name, terms)
+	t.Run("generic", func(t *testing.T) {
+		bindAndWrite(t, s, nodeProxy, upsDriver, "generic", "ups-generic", data["generic"], base)
+	})
+	// democratic-csi's local-hostpath keeps each volume on the node whose
+	// controller made it: with upstreamTopology its connection is
+	// node-local, which only the node-local mode serves (SPEC §12, §13),
+	// so its claim goes through a second release in that mode, with the
+	// same upstream entry, on the same node.
+	t.Run("local", func(t *testing.T) {
+		if dcsi == "" {
+			t.Skipf("%s is not set: democratic-csi's local-hostpath does not run here", democraticEnv)
+		}
+		skipWithoutUpstreamTopology(t, nodePod, "local")
+		values := upsValues(data["generic"], data["local"])
+		ups := values["upstreams"].(map[string]any)
+		delete(ups, "generic")
+		values["csiDriver"] = map[string]any{"name": upsNLDriver, "storageCapacity": false}
+		values["controller"] = map[string]any{"enabled": false}
+		values["nodeLocal"] = map[string]any{"enabled": true, "externalSnapshotter": map[string]any{"enabled": false}}
+		values["storageClasses"] = []any{map[string]any{"name": "ups-nl-local", "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
+			"parameters": map[string]any{"connection": "local"}}}
+		installRelease(t, c, upsNLRelease, upsNLNamespace, values, t.TempDir())
+		ds, err := c.client.AppsV1().DaemonSets(upsNLNamespace).Get(ctx, upsNLRelease+"-proxy-topology-node", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := daemonSetPod(t, c, ds, ds.Spec.Template, upsNode)
+		if args := pod.container(t, "upstream-local").Args; !slices.Contains(args, "--csi-mode=controller") {
+			t.Errorf("node-local mode: democratic-csi does not serve the controller service: %v", args)
+		}
+		startUpstreamContainer(t, pod, "local", dcsi)
+		proxy := startNodeContainer(t, pod)
+		if err := registerDriver(c.client, upsNLDriver, upsNode, nodeInfo(t, proxy)); err != nil {
+			t.Fatal(err)
+		}
+		prov, _ := sidecar(t, pod, "csi-provisioner", "CSI_PROVISIONER")
+		logContainers(t, pod, []string{"proxy-topology", "upstream-local", "csi-provisioner"})
+		bindAndWrite(t, &stack{c: c, provisioner: prov}, proxy, upsNLDriver, "local", "ups-nl-local", data["local"], base)
+	})
+}
 
-			publishAndWrite(t, nodeProxy, pv, data[name], base)
-
-			deletePod(t, c, app)
-			if err := c.client.CoreV1().PersistentVolumeClaims(modesNamespace).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			s.waitPVGone(t, pv.Name)
-		})
+// installRelease renders the chart with values as release in namespace
+// (values file in dir) and applies every object; all go when the test
+// ends.
+func installRelease(t *testing.T, c *cluster, release, namespace string, values map[string]any, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
 	}
+	path := filepath.Join(dir, release+"-values.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, run(t, tools["HELM"], "template", release, "deploy/helm/proxy-topology", "--namespace", namespace, "--values", path))
+	c.ensureNamespace(t, namespace)
+	t.Cleanup(func() {
+		c.deleteNamespace(t, namespace)
+		for _, o := range objs {
+			if o.GetNamespace() == "" {
+				if r, err := c.resource(o); err == nil {
+					_ = r.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+				}
+			}
+		}
+	})
+	for _, o := range objs {
+		if _, err := c.apply(ctx, o, false); err != nil {
+			t.Fatalf("installing %s: %v", key(o), err)
+		}
+	}
+}
+
+// bindAndWrite binds a first-consumer claim of class (connection conn of
+// driver) for a pod on upsNode, stages and publishes it through the node
+// pod's proxy-topology and finds a file written there in storage, then
+// deletes pod, claim and volume.
+func bindAndWrite(t *testing.T, s *stack, nodeProxy *plugin, driver, conn, class, storage, tmp string) {
+	t.Helper()
+	ctx := context.Background()
+	c := s.c
+	claim, app := class, class+"-app"
+	createClaim(t, c, claim, class)
+	createPod(t, c, app, claim, map[string]string{"kubernetes.io/hostname": upsNode})
+	pvc, _ := s.waitBoundAndScheduled(t, claim, app)
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver || !strings.HasPrefix(pv.Spec.CSI.VolumeHandle, "v:"+conn+"/") {
+		t.Fatalf("PV %s is not a volume of connection %s of %s: %+v", pv.Name, conn, driver, pv.Spec.CSI)
+	}
+	terms, _ := affinityTerms(pv)
+	t.Logf("claim %s bound to %s, node affinity %v", claim, pv.Name, terms)
+
+	publishAndWrite(t, nodeProxy, pv, storage, tmp)
+
+	deletePod(t, c, app)
+	if err := c.client.CoreV1().PersistentVolumeClaims(modesNamespace).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitPVGone(t, pv.Name)
 }
 
 // startUpstreamContainer runs container upstream-<name> of the pod with

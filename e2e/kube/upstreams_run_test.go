@@ -51,8 +51,8 @@ const (
 // local-hostpath on genericData (its config a file of the entry, its data
 // a host directory mounted at the same path on both sides, its node side
 // on the host network as nas1's); local is the democratic-csi
-// local-hostpath on dcsiData. The controller pod is pinned to the one
-// node, where local-hostpath's controller makes its volumes.
+// local-hostpath on dcsiData. The controller pod is pinned to the test's
+// one node.
 func upsValues(genericData, dcsiData string) map[string]any {
 	serve := func(mode string, extra ...string) []any {
 		args := []any{"serve", "--mode=" + mode, "--config=/config/driver.yaml", "--csi-endpoint=$(CSI_ENDPOINT)", "--log-level=debug"}
@@ -113,11 +113,12 @@ func upsValues(genericData, dcsiData string) map[string]any {
 // reaches the upstreams at /csi/upstreams/<name>/csi.sock, the rendered
 // connections' endpoints, in a mount namespace of its own) and the real
 // csi-provisioner; node-driver-registrar's and the liveness probes' parts
-// are kubelet's here (register) and not run. For each upstream a
+// are kubelet's here (registerDriver) and not run. For each upstream a
 // first-consumer claim binds with the real scheduler and provisioner, and
 // NodeStageVolume and NodePublishVolume sent to the node pod's
 // proxy-topology reach the upstream's node container: a file written in
-// the target path is found in that upstream's storage.
+// the target path is found in that upstream's storage. democratic-csi's
+// claim goes through a second release in node-local mode (subtest local).
 func TestUpstreamsInPods(t *testing.T) {
 	c := withControlPlane(t)
 	ctx := context.Background()

@@ -29,6 +29,10 @@ var (
 		"snapshot-controller": "github.com/kubernetes-csi/external-snapshotter/v8",
 	}
 	notBuilt = []string{"livenessprobe", "csi-node-driver-registrar"}
+	// upstreamImages are CSI drivers of deploy/ (the overlay
+	// deploy/upstream-nfs runs one beside the proxy), not sidecars: no
+	// test runs them, and their tags are the overlay's choice.
+	upstreamImages = []string{"nfsplugin"}
 )
 
 var sigStorageImage = regexp.MustCompile(`registry\.k8s\.io/sig-storage/([a-z0-9-]+):([A-Za-z0-9._-]+)`)
@@ -84,7 +88,7 @@ func TestSidecarImageVersions(t *testing.T) {
 			}
 			return
 		}
-		if !slices.Contains(notBuilt, name) {
+		if !slices.Contains(notBuilt, name) && !slices.Contains(upstreamImages, name) {
 			t.Errorf("%s: %s is not built by tools/csi (add it there, or to notBuilt)", where, ref)
 		}
 	}

@@ -59,8 +59,14 @@ func (p *trackedProxy) connect(t *testing.T) {
 	if _, err := p.Identity.Probe(callCtx(t), &csi.ProbeRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if st := p.Client.GetState(); st != connectivity.Ready {
-		t.Fatalf("client state %s after a call, want READY", st)
+	// gRPC publishes the channel's state through its balancer after the
+	// call has its transport, so READY may follow the call's answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for st := p.Client.GetState(); st != connectivity.Ready; st = p.Client.GetState() {
+		if !p.Client.WaitForStateChange(ctx, st) {
+			t.Fatalf("client state %s after a call, want READY", st)
+		}
 	}
 	if n := p.Accepted.Len(); n != 1 {
 		t.Fatalf("%d connections tracked, want 1", n)

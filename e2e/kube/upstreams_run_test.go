@@ -112,8 +112,11 @@ func upsValues(genericData, dcsiData string) map[string]any {
 // with a message when DEMOCRATIC_CSI is unset), proxy-topology (which
 // reaches the upstreams at /csi/upstreams/<name>/csi.sock, the rendered
 // connections' endpoints, in a mount namespace of its own) and the real
-// csi-provisioner; node-driver-registrar's and the liveness probes' parts
-// are kubelet's here (registerDriver) and not run. For each upstream a
+// csi-provisioner, and, when their binaries are given (CSI_NODE_DRIVER_REGISTRAR,
+// CSI_LIVENESSPROBE), the node-driver-registrar, to which the test plays
+// kubelet through the plugin-registration API (runRegistrar), and the
+// liveness probes, whose /healthz must answer 200; registerDriver writes
+// CSINode as kubelet does after registration. For each upstream a
 // first-consumer claim binds with the real scheduler and provisioner, and
 // NodeStageVolume and NodePublishVolume sent to the node pod's
 // proxy-topology reach the upstream's node container: a file written in
@@ -175,6 +178,7 @@ func TestUpstreamsInPods(t *testing.T) {
 		nodeRan = append(nodeRan, "upstream-"+name)
 	}
 	nodeProxy := startNodeContainer(t, nodePod)
+	nodeRan = append(nodeRan, runNodeSidecars(t, nodePod, upsDriver)...)
 	if err := registerDriver(c.client, upsDriver, upsNode, nodeInfo(t, nodeProxy)); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +205,10 @@ func TestUpstreamsInPods(t *testing.T) {
 	}
 	ctrl := startControllerContainer(t, ctrlPod, "proxy-topology controller (upstreams)")
 	prov, _ := sidecar(t, ctrlPod, "csi-provisioner", "CSI_PROVISIONER")
+	if bin := optionalSidecar(t, ctrlPod, "liveness-probe"); bin != "" {
+		runLivenessProbe(t, ctrlPod, bin)
+		ctrlRan = append(ctrlRan, "liveness-probe")
+	}
 	logContainers(t, ctrlPod, ctrlRan)
 	logContainers(t, nodePod, nodeRan)
 	s := &stack{c: c, provisioner: prov, controller: ctrl}
@@ -238,11 +246,12 @@ func TestUpstreamsInPods(t *testing.T) {
 		}
 		startUpstreamContainer(t, pod, "local", dcsi)
 		proxy := startNodeContainer(t, pod)
+		ran := append([]string{"proxy-topology", "upstream-local", "csi-provisioner"}, runNodeSidecars(t, pod, upsNLDriver)...)
 		if err := registerDriver(c.client, upsNLDriver, upsNode, nodeInfo(t, proxy)); err != nil {
 			t.Fatal(err)
 		}
 		prov, _ := sidecar(t, pod, "csi-provisioner", "CSI_PROVISIONER")
-		logContainers(t, pod, []string{"proxy-topology", "upstream-local", "csi-provisioner"})
+		logContainers(t, pod, ran)
 		bindAndWrite(t, &stack{c: c, provisioner: prov}, proxy, upsNLDriver, "local", "ups-nl-local", data["local"], base)
 	})
 }
@@ -342,19 +351,21 @@ func startUpstreamContainer(t *testing.T, r *podRun, name, dcsi string) *process
 }
 
 // logContainers says which containers of the pod run as processes
-// (ran) and which do not, and why: the registrar and the liveness probes
-// have no binary here (kubelet's registration is played by
-// registerDriver), democratic-csi's needs DEMOCRATIC_CSI. A container the
-// chart adds that is none of these fails the test: it must be run or
-// accounted for.
+// (ran) and which do not, and why: the registrar and the liveness probe
+// run only when their binaries are given (kubeletSidecars' env vars),
+// democratic-csi's needs DEMOCRATIC_CSI. A container the chart adds that
+// is none of these fails the test: it must be run or accounted for.
 func logContainers(t *testing.T, r *podRun, ran []string) {
 	t.Helper()
 	var notRun []string
 	for _, c := range r.pod.Spec.Containers {
+		env, kubelets := kubeletSidecars[c.Name]
 		switch {
 		case slices.Contains(ran, c.Name):
-		case c.Name == "node-driver-registrar", c.Name == "liveness-probe", strings.HasPrefix(c.Image, dcsiImage):
-			notRun = append(notRun, c.Name)
+		case kubelets:
+			notRun = append(notRun, fmt.Sprintf("%s (%s is not set)", c.Name, env))
+		case strings.HasPrefix(c.Image, dcsiImage):
+			notRun = append(notRun, fmt.Sprintf("%s (%s is not set)", c.Name, democraticEnv))
 		default:
 			t.Errorf("pod %s: container %s is neither run nor accounted for", r.pod.Name, c.Name)
 		}

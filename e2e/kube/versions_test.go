@@ -19,7 +19,10 @@ import (
 // github.com/kubernetes-csi/node-driver-registrar/v2 and
 // github.com/kubernetes-csi/livenessprobe/v2 (and their paths without
 // /v2), for the version list and for v2.14.0 and v2.16.0 alike, checked
-// on 2026-11-25. Their tags are pinned in deploy/ by hand.
+// on 2026-11-25 and again on 2026-11-28. Their tags are pinned in deploy/
+// by hand; TestUpstreamsInPods runs them only when CSI_NODE_DRIVER_REGISTRAR
+// and CSI_LIVENESSPROBE name binaries built elsewhere, and checks that each
+// binary's version suffix is its image's tag (registrar_test.go).
 var (
 	sidecarModules = map[string]string{
 		"csi-provisioner":     "github.com/kubernetes-csi/external-provisioner/v6",

@@ -287,8 +287,8 @@ func (d *Driver) resolveSource(src contentSource, field string) (dir string, siz
 // copy of srcDir), renames it to dest, publishes its record (rec, in the
 // record directory of kind) and returns once both are durable. The order
 // is what recovery relies on (docs/reliability.md §10): data renamed into
-// place before the record, and the call acknowledged only after a group
-// commit has synced the record, the new directory and both parents.
+// place before the record, and the call acknowledged only after the
+// record, the new directory and both parents have been synced.
 // Anything that fails is undone, so a failed create leaves nothing behind
 // and a retry starts clean.
 func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, rec any) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -173,6 +174,39 @@ func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 	}
 }
 
+// A create's four syncs run at once: each waits in the trace until all
+// four have started, which syncs run in turn would never do.
+func TestCreateSyncsRunAtOnce(t *testing.T) {
+	d := newTestDriver(t, Options{})
+	const syncs = 4
+	var mu sync.Mutex
+	started := 0
+	all := make(chan struct{})
+	d.store.sync.trace = func(op, _ string) {
+		if op != "fsync" {
+			return
+		}
+		mu.Lock()
+		started++
+		n := started
+		if n == syncs {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+			t.Errorf("a sync waited 5s for the others to start: %d of %d had started when it did", n, syncs)
+		}
+	}
+	createVol(t, d, "at-once", nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if started != syncs {
+		t.Errorf("want %d syncs, got %d", syncs, started)
+	}
+}
+
 // Concurrent creates each return only after their own record file, new
 // directory and both parents were synced after their renames.
 func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
@@ -202,7 +236,7 @@ func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
 		}
 		for _, parent := range []string{d.store.volumesDir(), d.store.metaDir("volumes")} {
 			synced := false
-			for i := dir; i < ret; i++ {
+			for i := renRec; i < ret; i++ {
 				synced = synced || ev[i] == "fsync "+parent
 			}
 			if !synced {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,8 +13,10 @@ import (
 // Durability (docs/reliability.md §10). A change that a call acknowledges
 // is on stable storage before the call returns: a create renames its data
 // and its record into place and then syncs the record file, the new
-// directory and both parents. Concurrent creates sync independently; the
-// file system joins their syncs into its own commits.
+// directory and both parents. The syncs run at once, not in turn: the
+// kernel may write any of those changes back before its fsync anyway, so
+// recovery never relies on their order, only on all of them having
+// finished before the call returns.
 //
 // Paths that are idempotent anyway are not synced at all: a delete whose
 // effect a power loss undoes leaves a whole volume (record and data) that
@@ -27,15 +30,27 @@ type syncer struct {
 }
 
 // commit makes files (open, already renamed into place; commit closes
-// them) and the directory entries in dirs durable: files first, then dirs
-// in the order given.
+// them) and the directory entries in dirs durable. It returns when every
+// sync has finished, with all their errors.
 func (g *syncer) commit(files []*os.File, dirs ...string) error {
-	var errs []error
+	syncs := make([]func() error, 0, len(files)+len(dirs))
 	for _, f := range files {
-		errs = append(errs, g.fsyncFile(f), f.Close())
+		syncs = append(syncs, func() error { return g.fsyncFile(f) })
 	}
 	for _, d := range dirs {
-		errs = append(errs, g.fsyncDir(d))
+		syncs = append(syncs, func() error { return g.fsyncDir(d) })
+	}
+	errs := make([]error, len(syncs), len(syncs)+len(files))
+	var wg sync.WaitGroup
+	for i, s := range syncs[1:] {
+		wg.Go(func() { errs[i+1] = s() })
+	}
+	if len(syncs) > 0 {
+		errs[0] = syncs[0]()
+	}
+	wg.Wait()
+	for _, f := range files {
+		errs = append(errs, f.Close())
 	}
 	return errors.Join(errs...)
 }

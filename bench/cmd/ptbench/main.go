@@ -83,6 +83,13 @@ type options struct {
 	realWorkRounds, realWorkPairs1, realWorkPairs16 int
 }
 
+// parts are what -skip leaves out; onlyParts what -only runs alone (the
+// others share the servers that measure starts for all of them).
+var (
+	parts     = []string{"c1", "c64", "probe", "burst", "scale", "micro", "realwork"}
+	onlyParts = []string{"realwork", "micro"}
+)
+
 // runs reports whether part is measured in this run.
 func (o options) runs(part string) bool {
 	if len(o.only) > 0 {
@@ -114,7 +121,7 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.compare, "compare", "", "another proxy-topology binary, measured as one more path (compare) in the same rounds: an A/B test of a change")
 	methods := fs.String("methods", "CreateVolume,NodeGetVolumeStats", "methods measured on the paths")
 	skip := fs.String("skip", "", "comma-separated parts to leave out, for experiments: c1, c64, probe, burst, scale, micro, realwork")
-	only := fs.String("only", "", "run only these comma-separated parts; -only realwork runs the real-work section alone (results in bench/realwork.json)")
+	only := fs.String("only", "", "run only these comma-separated parts, realwork or micro; -only realwork runs the real-work section alone (results in bench/realwork.json)")
 	fs.StringVar(&o.dcsi, "dcsi", dcsiFromEnv(), "democratic-csi checkout (with node_modules) for the real-work peer paths; default $DEMOCRATIC_CSI (or its older name $DEMOCRATIC_CSI_DIR)")
 	fs.StringVar(&o.realWorkDir, "realwork-dir", "", "directory on the disk to measure for the real-work section (default: the run's temporary directory)")
 	fs.IntVar(&o.realWorkRounds, "realwork-rounds", 8, "interleaved rounds of the real-work section, at each concurrency")
@@ -130,10 +137,18 @@ func benchMain(args []string) int {
 	o.methods = strings.Split(*methods, ",")
 	o.skip = map[string]bool{}
 	for _, s := range strings.Split(*skip, ",") {
+		if s != "" && !slices.Contains(parts, s) {
+			fmt.Fprintf(os.Stderr, "ptbench: -skip %s: no such part (parts: %s)\n", s, strings.Join(parts, ", "))
+			return 2
+		}
 		o.skip[s] = s != ""
 	}
 	o.only = map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
+		if s != "" && !slices.Contains(onlyParts, s) {
+			fmt.Fprintf(os.Stderr, "ptbench: -only %s: only %s run alone; leave the others out with -skip\n", s, strings.Join(onlyParts, " and "))
+			return 2
+		}
 		if s != "" {
 			o.only[s] = true
 		}

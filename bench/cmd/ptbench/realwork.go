@@ -479,14 +479,23 @@ func realWorkTargets(rw *RealWork) (goals, reports []Target) {
 		skip(target("realwork_rss_proxy_over_dcsi_after_pairs", rss, "", "<=", 0.33)),
 		target("realwork_errors", errs, "errors", "<=", 0),
 	}
+	// The built-in driver behind the proxy is also held up to itself
+	// served on its own; beside the goals against democratic-csi, that
+	// driver's own ratios say whether a miss is the disk's or the proxy's.
+	bd1, bd16 := row(1, "builtin-direct"), row(16, "builtin-direct")
 	if rw.Peer == "" {
 		reports = append(reports,
 			reported("realwork_c16_pairs_per_s_proxy_csi_over_typed_builtin_upstream", ratio(cp16.Throughput, ct16.Throughput)),
-			reported("realwork_c16_pairs_per_s_proxy_csi_over_builtin_direct", ratio(cp16.Throughput, row(16, "builtin-direct").Throughput)))
+			reported("realwork_c16_pairs_per_s_proxy_csi_over_builtin_direct", ratio(cp16.Throughput, bd16.Throughput)))
 	} else {
 		reports = append(reports,
 			reported("realwork_c16_pairs_per_s_proxy_csi_over_dcsi_direct", ratio(cp16.Throughput, dd16.Throughput)),
-			reported("realwork_c16_pairs_per_s_typed_over_dcsi_direct", ratio(ct16.Throughput, dd16.Throughput)))
+			reported("realwork_c16_pairs_per_s_typed_over_dcsi_direct", ratio(ct16.Throughput, dd16.Throughput)),
+			reported("realwork_c1_pair_p50_builtin_direct_over_dcsi_direct", ratio(bd1.P50us, dd1.P50us)),
+			reported("realwork_c16_pairs_per_s_builtin_direct_over_dcsi_direct", ratio(bd16.Throughput, dd16.Throughput)))
 	}
+	reports = append(reports,
+		reported("realwork_c1_pair_p50_builtin_proxy_over_builtin_direct", ratio(bp1.P50us, bd1.P50us)),
+		reported("realwork_c16_pairs_per_s_builtin_proxy_over_builtin_direct", ratio(bp16.Throughput, bd16.Throughput)))
 	return goals, reports
 }

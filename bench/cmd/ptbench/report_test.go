@@ -99,7 +99,9 @@ func TestTargets(t *testing.T) {
 				PathResult{Method: m, Concurrency: c, Path: "proxy", Stats: stats(121, 800)})
 		}
 	}
-	res.Paths = append(res.Paths, PathResult{Method: "Probe", Concurrency: 1, Path: "proxy", Stats: stats(100, 1)})
+	res.Paths = append(res.Paths,
+		PathResult{Method: "Probe", Concurrency: 1, Path: "proxy", Stats: stats(100, 1)},
+		PathResult{Method: "Probe", Concurrency: 1, Path: "direct", Stats: stats(50, 1)})
 	goals, reports := targets(res)
 	got := map[string]Target{}
 	for _, g := range append(goals, reports...) {
@@ -115,12 +117,13 @@ func TestTargets(t *testing.T) {
 		"nodegetvolumestats_c1_p50_proxy_over_raw":     {1.21, true}, // reported: no goal to miss
 		"createvolume_c64_throughput_proxy_over_raw":   {0.8, true},
 		"burst_c100_throughput_proxy_over_direct":      {0.95, true},
-		"burst_errors":                                       {0, true},
-		"rss_idle_node_50_rules":                             {20, true},
-		"rss_idle_controller":                                {25, true},
-		"rss_per_cached_connection":                          {5000.0 / 1024, true},
-		"createvolume_p50_10000_over_1_connections":          {1.05, true},
-		"probe_p99":                                          {0.2, true},
+		"burst_errors":                              {0, true},
+		"rss_idle_node_50_rules":                    {20, true},
+		"rss_idle_controller":                       {25, true},
+		"rss_per_cached_connection":                 {5000.0 / 1024, true},
+		"createvolume_p50_10000_over_1_connections": {1.05, true},
+		"probe_p99":                                 {0.2, true},
+		"probe_p99_direct":                          {0.1, true}, // reported: the machine's floor
 		"nodegetvolumestats_c64_throughput_proxy_over_typed": {800.0 / 900, false},
 	} {
 		g, ok := got[name]
@@ -128,13 +131,13 @@ func TestTargets(t *testing.T) {
 			t.Errorf("%s = %+v, want value %v ok %v", name, g, want.value, want.ok)
 		}
 	}
-	if len(goals) != 13 || len(reports) != 6 {
-		t.Errorf("%d goals and %d reported values, want 13 and 6", len(goals), len(reports))
+	if len(goals) != 13 || len(reports) != 7 {
+		t.Errorf("%d goals and %d reported values, want 13 and 7", len(goals), len(reports))
 	}
 
 	// A run that skipped the burst, the scale part and Probe.
 	res.Burst, res.Scale, res.Memory.LoadedKiB = nil, nil, 0
-	res.Paths = res.Paths[:len(res.Paths)-1]
+	res.Paths = res.Paths[:len(res.Paths)-2]
 	goals, _ = targets(res)
 	for _, g := range goals {
 		skipped := strings.HasPrefix(g.Name, "burst_") || strings.HasPrefix(g.Name, "createvolume_p50_") ||
@@ -204,8 +207,13 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 	}
 	skipped := 0
 	goals, reports := realWorkTargets(rw)
-	if len(reports) != 2 || reports[0].Value != 1 || reports[1].Value != 1 {
-		t.Errorf("reported = %+v, want the proxy over the typed forwarder and over the built-in driver, 1.0 each", reports)
+	if len(reports) != 4 {
+		t.Errorf("reported = %+v, want 4: the csi proxy over the typed forwarder and over the built-in driver, the built-in behind the proxy over itself at c=1 and c=16", reports)
+	}
+	for _, r := range reports {
+		if r.Value != 1 {
+			t.Errorf("reported %s = %v, want 1", r.Name, r.Value)
+		}
 	}
 	for _, tg := range goals {
 		line := tg.Line()
@@ -249,7 +257,14 @@ func TestRealWorkProxyHeldToTypedFloor(t *testing.T) {
 		if floor == nil || floor.Skipped != "" || math.Abs(floor.Value-tc.proxy/1000) > 1e-9 || floor.OK != tc.ok {
 			t.Errorf("csi-proxy %v pairs/s against csi-typed 1000: target %+v, want %.2f ok %v", tc.proxy, floor, tc.proxy/1000, tc.ok)
 		}
-		want := map[string]float64{"realwork_c16_pairs_per_s_proxy_csi_over_dcsi_direct": tc.proxy / 2000, "realwork_c16_pairs_per_s_typed_over_dcsi_direct": 0.5}
+		want := map[string]float64{
+			"realwork_c16_pairs_per_s_proxy_csi_over_dcsi_direct":        tc.proxy / 2000,
+			"realwork_c16_pairs_per_s_typed_over_dcsi_direct":            0.5,
+			"realwork_c1_pair_p50_builtin_direct_over_dcsi_direct":       0.5,
+			"realwork_c16_pairs_per_s_builtin_direct_over_dcsi_direct":   2,
+			"realwork_c1_pair_p50_builtin_proxy_over_builtin_direct":     1,
+			"realwork_c16_pairs_per_s_builtin_proxy_over_builtin_direct": 1,
+		}
 		for _, r := range reports {
 			if w, ok := want[r.Name]; !ok || math.Abs(r.Value-w) > 1e-9 {
 				t.Errorf("reported %s = %v, want %v (known: %v)", r.Name, r.Value, w, ok)

@@ -94,6 +94,24 @@ func ReplaceFile(t testing.TB, path, content string, perm os.FileMode) {
 	}
 }
 
+// Folder is a test's connection folder: one YAML file per connection.
+type Folder struct {
+	t   testing.TB
+	Dir string
+}
+
+// NewFolder is a Folder in a new temporary directory of t.
+func NewFolder(t testing.TB) Folder { return Folder{t: t, Dir: t.TempDir()} }
+
+// Path is the file of connection name.
+func (f Folder) Path(name string) string { return filepath.Join(f.Dir, name+".yaml") }
+
+// Write rewrites name.yaml in place (same inode).
+func (f Folder) Write(name, content string) { WriteFile(f.t, f.Path(name), content, 0o600) }
+
+// Replace renames a new name.yaml over the old one: a new inode.
+func (f Folder) Replace(name, content string) { ReplaceFile(f.t, f.Path(name), content, 0o600) }
+
 // ServeUnix serves register's services with a gRPC server on a new unix
 // socket at path until the test ends; it returns the server, which the
 // test may stop earlier. It may be called from any goroutine: when the

@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +27,8 @@ const (
 // env is one registry over a catalogue of a private folder, with its own
 // pool and clock.
 type env struct {
+	testkit.Folder
 	t     *testing.T
-	dir   string
 	store *connection.Store
 	reg   *Registry
 	pool  *upstream.Pool
@@ -41,16 +40,16 @@ type env struct {
 func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 	t.Helper()
 	e := &env{
-		t:     t,
-		dir:   t.TempDir(),
-		clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
-		log:   &syncbuf.Buffer{},
+		Folder: testkit.NewFolder(t),
+		t:      t,
+		clock:  testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		log:    &syncbuf.Buffer{},
 	}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.pool = upstream.NewPool(log)
 	t.Cleanup(e.pool.Close)
 	e.store = connection.NewStore(connection.Options{
-		Folder:       e.dir,
+		Folder:       e.Dir,
 		CacheTimeout: cacheTimeout,
 		Topology:     accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster},
 		Log:          log,
@@ -67,14 +66,6 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 	})
 	return e
 }
-
-func (e *env) path(name string) string { return filepath.Join(e.dir, name+".yaml") }
-
-// write rewrites name.yaml in place (same inode).
-func (e *env) write(name, content string) { testkit.WriteFile(e.t, e.path(name), content, 0o600) }
-
-// replace renames a new name.yaml over the old one: a new inode.
-func (e *env) replace(name, content string) { testkit.ReplaceFile(e.t, e.path(name), content, 0o600) }
 
 // get returns a connection that must load, with its clients, as a call
 // that has ended: its reference is given back, so only the catalogue keeps

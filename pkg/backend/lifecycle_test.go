@@ -37,12 +37,12 @@ func TestEditedLocalHostpathGetsNewDriver(t *testing.T) {
 		t.Run(fmt.Sprint("cache ", cache), func(t *testing.T) {
 			e := newEnv(t, cache)
 			base := filepath.Join(t.TempDir(), "data")
-			e.write("local", localConn(base, true))
+			e.Write("local", localConn(base, true))
 			old, err := e.reg.Get(context.Background(), "local")
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.replace("local", localConn(base, false))
+			e.Replace("local", localConn(base, false))
 			e.clock.Step(time.Second)
 			cur := e.get("local")
 			if cur.Config.LocalHostpath.Stage || cur.Controller == old.Controller {
@@ -70,11 +70,11 @@ func TestEditsReleaseOldClients(t *testing.T) {
 	for i := range 300 {
 		switch i % 3 {
 		case 0:
-			e.replace("x", fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/%d.sock\n", i))
+			e.Replace("x", fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/%d.sock\n", i))
 		case 1:
-			e.replace("x", localConn(base, i%2 == 0))
+			e.Replace("x", localConn(base, i%2 == 0))
 		case 2:
-			e.replace("x", fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/c.sock\n  nodeEndpoint: unix:///csi/n%d.sock\n", i))
+			e.Replace("x", fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/c.sock\n  nodeEndpoint: unix:///csi/n%d.sock\n", i))
 		}
 		e.get("x")
 		want := 1
@@ -92,8 +92,8 @@ func TestEditsReleaseOldClients(t *testing.T) {
 // not what it held).
 func TestExpiredConnectionReleasesClients(t *testing.T) {
 	e := newEnv(t, 10*time.Minute)
-	e.write("a", connA)
-	e.write("b", connB)
+	e.Write("a", connA)
+	e.Write("b", connB)
 	e.get("a")
 	e.clock.Step(6 * time.Minute)
 	e.get("b")
@@ -109,11 +109,11 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 	for _, cache := range []time.Duration{0, -1, time.Hour} {
 		t.Run(fmt.Sprint("cache ", cache), func(t *testing.T) {
 			e := newEnv(t, cache)
-			e.write("a", connA)
-			e.write("b", connB)
+			e.Write("a", connA)
+			e.Write("b", connB)
 			e.get("a")
 			e.get("b")
-			if err := os.Remove(e.path("a")); err != nil {
+			if err := os.Remove(e.Path("a")); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.store.Get(context.Background(), "a"); !errors.Is(err, connection.ErrNotFound) {
@@ -121,9 +121,9 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 			}
 			e.wantTargets("a asked for after its removal", "unix:///csi/b.sock")
 
-			e.write("a", connA)
+			e.Write("a", connA)
 			e.get("a")
-			if err := os.Remove(e.path("b")); err != nil {
+			if err := os.Remove(e.Path("b")); err != nil {
 				t.Fatal(err)
 			}
 			e.clock.Step(time.Minute) // the catalogue looks for removed files once a minute
@@ -136,8 +136,8 @@ func TestRemovedConnectionReleasesClients(t *testing.T) {
 // Close releases every cached connection's clients.
 func TestStoreCloseReleasesClients(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("b", connB)
+	e.Write("a", connA)
+	e.Write("b", connB)
 	e.get("a")
 	e.get("b")
 	e.store.Close()

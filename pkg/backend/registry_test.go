@@ -17,11 +17,11 @@ import (
 // many connections and reloads there are.
 func TestSharedUpstream(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("one", connA)
-	e.write("two", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  timeout: 5s\n")
-	e.write("split", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  nodeEndpoint: unix:///csi/node.sock\n")
-	e.write("tcp", "driver: csi\ncsi:\n  endpoint: storage.example.com:9000\n")
-	e.write("unixshort", "driver: csi\ncsi:\n  endpoint: unix:/csi/short.sock\n")
+	e.Write("one", connA)
+	e.Write("two", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  timeout: 5s\n")
+	e.Write("split", "driver: csi\ncsi:\n  endpoint: unix:///csi/a.sock\n  nodeEndpoint: unix:///csi/node.sock\n")
+	e.Write("tcp", "driver: csi\ncsi:\n  endpoint: storage.example.com:9000\n")
+	e.Write("unixshort", "driver: csi\ncsi:\n  endpoint: unix:/csi/short.sock\n")
 
 	one, two := e.get("one"), e.get("two")
 	if one.Controller != two.Controller || one.Controller == nil {
@@ -54,7 +54,7 @@ func TestSharedUpstream(t *testing.T) {
 	}
 
 	// A reload with the same endpoint builds no new client.
-	e.write("one", connA+"  timeout: 1s\n")
+	e.Write("one", connA+"  timeout: 1s\n")
 	if c := e.get("one"); c == one || c.Controller != two.Controller {
 		t.Error("reloaded one: want a new *Connection on the same client")
 	}
@@ -71,9 +71,9 @@ func TestLocalHostpath(t *testing.T) {
 	e := newEnv(t, -1)
 	base := t.TempDir()
 	local := "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: " + base + "\n"
-	e.write("local", local)
-	e.write("local2", local+"csi:\n  timeout: 5s\n")
-	e.write("zoned", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n")
+	e.Write("local", local)
+	e.Write("local2", local+"csi:\n  timeout: 5s\n")
+	e.Write("zoned", local+"proxy:\n  perDriver:\n    topology:\n    - requirements: {zone: z1}\n")
 	if z := e.get("zoned"); z.Controller == e.get("local").Controller {
 		t.Error("a shared (zoned) and a node-local connection on one base path share a driver")
 	}
@@ -112,7 +112,7 @@ func TestLocalHostpath(t *testing.T) {
 // with the reason.
 func TestGetUpstreamFailure(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("nfs", connA)
+	e.Write("nfs", connA)
 	e.pool.Close()
 	_, err := e.reg.Get(context.Background(), "nfs")
 	if !errors.Is(err, connection.ErrBroken) || !strings.Contains(err.Error(), "upstream pool is shut down") {

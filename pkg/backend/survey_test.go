@@ -30,7 +30,7 @@ func TestSurveyCachesNothing(t *testing.T) {
 	e := newEnv(t, 10*time.Minute)
 	const n = 300
 	for i := range n {
-		e.write(fmt.Sprintf("c%03d", i), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/up%d.sock\n", i%3))
+		e.Write(fmt.Sprintf("c%03d", i), fmt.Sprintf("driver: csi\ncsi:\n  endpoint: unix:///csi/up%d.sock\n", i%3))
 	}
 	v := e.reg.Survey()
 	clients := map[string]*Conn{}
@@ -70,8 +70,8 @@ func TestSurveyCachesNothing(t *testing.T) {
 func TestSurveyIsNotAUse(t *testing.T) {
 	const ttl = 10 * time.Minute
 	e := newEnv(t, ttl)
-	e.write("a", connA)
-	e.write("a2", connA)
+	e.Write("a", connA)
+	e.Write("a2", connA)
 	a := e.get("a")
 	for i := range 2 {
 		e.clock.Step(4 * time.Minute)
@@ -113,7 +113,7 @@ func TestSurveyIsNotAUse(t *testing.T) {
 // caches no error either.
 func TestSurveyErrors(t *testing.T) {
 	e := newEnv(t, 10*time.Minute)
-	e.write("broken", "driver: csi\n")
+	e.Write("broken", "driver: csi\n")
 	v := e.reg.Survey()
 	defer v.Close()
 	for _, tc := range []struct {

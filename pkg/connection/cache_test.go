@@ -30,18 +30,18 @@ var cacheModes = []struct {
 // back: size, inode and mtime are unchanged, only ctime moves.
 func (e *env) sameSizeRewrite(name, content string) {
 	e.t.Helper()
-	fi, err := os.Stat(e.path(name))
+	fi, err := os.Stat(e.Path(name))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if fi.Size() != int64(len(content)) {
 		e.t.Fatalf("sameSizeRewrite: %d bytes over %d", len(content), fi.Size())
 	}
-	e.write(name, content)
-	if err := os.Chtimes(e.path(name), fi.ModTime(), fi.ModTime()); err != nil {
+	e.Write(name, content)
+	if err := os.Chtimes(e.Path(name), fi.ModTime(), fi.ModTime()); err != nil {
 		e.t.Fatal(err)
 	}
-	after, err := os.Stat(e.path(name))
+	after, err := os.Stat(e.Path(name))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (e *env) sameSizeRewrite(name, content string) {
 // replace it, and its clients are released.
 func TestNoCacheRereads(t *testing.T) {
 	e := newEnv(t, 0)
-	e.write("nfs", connA)
+	e.Write("nfs", connA)
 	first := e.get("nfs")
 	if got := e.get("nfs"); got != first {
 		t.Error("cache 0 made a new *Connection for the same bytes; its clients would be made again")
@@ -83,7 +83,7 @@ func TestCacheKeepsConnection(t *testing.T) {
 	for _, timeout := range []time.Duration{-1, 10 * time.Minute} {
 		t.Run(timeout.String(), func(t *testing.T) {
 			e := newEnv(t, timeout)
-			e.write("nfs", connA)
+			e.Write("nfs", connA)
 			first := e.get("nfs")
 			for range 5 {
 				e.clock.Step(time.Minute)
@@ -113,33 +113,33 @@ func TestCacheReloadsOnChange(t *testing.T) {
 		// connA and the *Connection must be kept.
 		newContent bool
 	}{
-		{"rewrite, new size", func(e *env) { e.write("nfs", connA+"  timeout: 5s\n") }, true},
+		{"rewrite, new size", func(e *env) { e.Write("nfs", connA+"  timeout: 5s\n") }, true},
 		{"rewrite, same size and mtime", func(e *env) { e.sameSizeRewrite("nfs", connB) }, true},
-		{"rename over it", func(e *env) { e.replace("nfs", connB) }, true},
+		{"rename over it", func(e *env) { e.Replace("nfs", connB) }, true},
 		{"delete and recreate", func(e *env) {
-			if err := os.Remove(e.path("nfs")); err != nil {
+			if err := os.Remove(e.Path("nfs")); err != nil {
 				e.t.Fatal(err)
 			}
-			e.write("nfs", connB)
+			e.Write("nfs", connB)
 		}, true},
 		{"chmod", func(e *env) {
-			if err := os.Chmod(e.path("nfs"), 0o640); err != nil {
+			if err := os.Chmod(e.Path("nfs"), 0o640); err != nil {
 				e.t.Fatal(err)
 			}
 		}, false},
 		{"touch", func(e *env) {
 			later := time.Now().Add(time.Hour)
-			if err := os.Chtimes(e.path("nfs"), later, later); err != nil {
+			if err := os.Chtimes(e.Path("nfs"), later, later); err != nil {
 				e.t.Fatal(err)
 			}
 		}, false},
-		{"rename of identical bytes", func(e *env) { e.replace("nfs", connA) }, false},
+		{"rename of identical bytes", func(e *env) { e.Replace("nfs", connA) }, false},
 	}
 	for _, timeout := range []time.Duration{-1, 10 * time.Minute} {
 		for _, tt := range tests {
 			t.Run(timeout.String()+"/"+tt.name, func(t *testing.T) {
 				e := newEnv(t, timeout)
-				e.write("nfs", connA)
+				e.Write("nfs", connA)
 				first := e.get("nfs")
 				tt.change(e)
 				got := e.get("nfs")
@@ -182,7 +182,7 @@ func TestCacheSecretSymlinkSwap(t *testing.T) {
 				t.Error("other's content did not change: want the same *Connection")
 			}
 			// A key removed from the Secret disappears with the next swap.
-			if err := os.Remove(e.path("other")); err != nil {
+			if err := os.Remove(e.Path("other")); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.store.Get(context.Background(), "other"); !errors.Is(err, ErrNotFound) {
@@ -196,11 +196,11 @@ func TestCacheDeletedFile(t *testing.T) {
 	for _, mode := range cacheModes {
 		t.Run(mode.name, func(t *testing.T) {
 			e := newEnv(t, mode.timeout)
-			e.write("nfs", connA)
-			e.write("keep", connA)
+			e.Write("nfs", connA)
+			e.Write("keep", connA)
 			e.get("nfs")
 			e.get("keep")
-			if err := os.Remove(e.path("nfs")); err != nil {
+			if err := os.Remove(e.Path("nfs")); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
@@ -213,7 +213,7 @@ func TestCacheDeletedFile(t *testing.T) {
 			if n := e.store.Cached(); n != want {
 				t.Errorf("Cached() = %d after the delete, want %d", n, want)
 			}
-			e.write("nfs", connB)
+			e.Write("nfs", connB)
 			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
 				t.Errorf("recreated: endpoint %q", got)
 			}
@@ -227,7 +227,7 @@ func TestCacheTimeoutDropsUnused(t *testing.T) {
 	const ttl = 10 * time.Minute
 	e := newEnv(t, ttl)
 	for _, n := range []string{"a", "b", "c"} {
-		e.write(n, connA)
+		e.Write(n, connA)
 	}
 	a, b := e.get("a"), e.get("b")
 	e.get("c")
@@ -279,8 +279,8 @@ func TestCacheTimeoutDropsUnused(t *testing.T) {
 
 func TestCacheForeverNeverDrops(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("b", connA)
+	e.Write("a", connA)
+	e.Write("b", connA)
 	a := e.get("a")
 	e.clock.Step(10 * 365 * 24 * time.Hour)
 	e.get("b")
@@ -418,8 +418,8 @@ func TestConcurrentGet(t *testing.T) {
 	for _, mode := range cacheModes {
 		t.Run(mode.name, func(t *testing.T) {
 			e := newEnv(t, mode.timeout)
-			e.write("nfs", connA)
-			e.write("other", connA)
+			e.Write("nfs", connA)
+			e.Write("other", connA)
 
 			stop := make(chan struct{})
 			var writer sync.WaitGroup
@@ -436,12 +436,12 @@ func TestConcurrentGet(t *testing.T) {
 					if i%2 == 1 {
 						content = connB
 					}
-					tmp := filepath.Join(e.dir, fmt.Sprintf(".nfs.%d", i))
+					tmp := filepath.Join(e.Dir, fmt.Sprintf(".nfs.%d", i))
 					if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
 						t.Error(err)
 						return
 					}
-					if err := os.Rename(tmp, e.path("nfs")); err != nil {
+					if err := os.Rename(tmp, e.Path("nfs")); err != nil {
 						t.Error(err)
 						return
 					}
@@ -477,7 +477,7 @@ func TestConcurrentGet(t *testing.T) {
 			close(stop)
 			writer.Wait()
 
-			e.replace("nfs", connB)
+			e.Replace("nfs", connB)
 			if got := e.endpoint("nfs"); got != "unix:///csi/b.sock" {
 				t.Errorf("after the writes: endpoint %q, want b.sock", got)
 			}
@@ -518,9 +518,9 @@ func TestFolderSourcePath(t *testing.T) {
 // previous one go at once.
 func TestEditHandsOverAttachment(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("nfs", connA)
+	e.Write("nfs", connA)
 	first := e.get("nfs")
-	e.replace("nfs", connB)
+	e.Replace("nfs", connB)
 	c, err := e.store.Get(context.Background(), "nfs")
 	if err != nil {
 		t.Fatal(err)
@@ -533,7 +533,7 @@ func TestEditHandsOverAttachment(t *testing.T) {
 		t.Error("the first version's attachment is still open after the new version got one")
 	}
 	c.Release()
-	e.replace("nfs", "driver: nope\n")
+	e.Replace("nfs", "driver: nope\n")
 	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrBroken) {
 		t.Fatalf("Get of a broken edit: %v, want ErrBroken", err)
 	}

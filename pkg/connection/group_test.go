@@ -15,9 +15,9 @@ import (
 // reloaded when it changes, dropped when it goes), without an upstream.
 func TestGroupLoads(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("b", connB)
-	e.write("zones", "driver: group\ngroup:\n  members: [a, b]\n")
+	e.Write("a", connA)
+	e.Write("b", connB)
+	e.Write("zones", "driver: group\ngroup:\n  members: [a, b]\n")
 	g := e.get("zones")
 	if !g.IsGroup() || g.Config.Driver != "group" {
 		t.Fatalf("group loaded as %+v", g)
@@ -32,7 +32,7 @@ func TestGroupLoads(t *testing.T) {
 	if e.get("zones") != g || e.loadCount() != n {
 		t.Error("an unchanged group file was loaded again")
 	}
-	e.replace("zones", "driver: group\ngroup:\n  members: [b]\n")
+	e.Replace("zones", "driver: group\ngroup:\n  members: [b]\n")
 	if got := e.get("zones").Members(); !cmp.Equal(got, []string{"b"}) {
 		t.Errorf("after the edit: members %v", got)
 	}
@@ -42,15 +42,15 @@ func TestGroupLoads(t *testing.T) {
 // error; a group listing itself is broken.
 func TestGroupBroken(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("bad", "driver: group\ngroup:\n  members: [a, a]\n")
-	e.write("self", "driver: group\ngroup:\n  members: [a, self]\n")
+	e.Write("a", connA)
+	e.Write("bad", "driver: group\ngroup:\n  members: [a, a]\n")
+	e.Write("self", "driver: group\ngroup:\n  members: [a, self]\n")
 	for name, want := range map[string]string{
 		"bad":  `group.members[1]: "a" is already group.members[0]`,
 		"self": `group.members[1]: the group "self" lists itself`,
 	} {
 		_, err := e.store.Get(context.Background(), name)
-		if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), e.path(name)) {
+		if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), e.Path(name)) {
 			t.Errorf("Get(%s): %v; want ErrBroken with %q and the file", name, err, want)
 		}
 	}
@@ -62,10 +62,10 @@ func TestGroupBroken(t *testing.T) {
 // group are errors naming the group and the member.
 func TestGroupMember(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("zones", "driver: group\ngroup:\n  members: [a, missing, inner, broken]\n")
-	e.write("inner", "driver: group\ngroup:\n  members: [a]\n")
-	e.write("broken", "driver: csi\n")
+	e.Write("a", connA)
+	e.Write("zones", "driver: group\ngroup:\n  members: [a, missing, inner, broken]\n")
+	e.Write("inner", "driver: group\ngroup:\n  members: [a]\n")
+	e.Write("broken", "driver: csi\n")
 	g, err := e.store.Get(context.Background(), "zones")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestGroupMember(t *testing.T) {
 		}
 	}
 	// The missing member appears: the same cached group now resolves it.
-	e.write("missing", connB)
+	e.Write("missing", connB)
 	m, err = e.member(g, 1)
 	if err != nil || m.Config.CSI.Endpoint != "unix:///csi/b.sock" {
 		t.Fatalf("member 1 after its file appeared: %v", err)
@@ -105,7 +105,7 @@ func TestGroupMember(t *testing.T) {
 // file like any other.
 func TestGroupEviction(t *testing.T) {
 	e := newEnv(t, time.Minute)
-	e.write("zones", "driver: group\ngroup:\n  members: [a]\n")
+	e.Write("zones", "driver: group\ngroup:\n  members: [a]\n")
 	e.get("zones")
 	if n := e.store.Cached(); n != 1 {
 		t.Fatalf("cached %d, want 1", n)
@@ -119,7 +119,7 @@ func TestGroupEviction(t *testing.T) {
 	if e.loadCount() != n+1 {
 		t.Errorf("an expired group was not loaded again (%d loads, want %d)", e.loadCount(), n+1)
 	}
-	if err := os.Remove(e.path("zones")); err != nil {
+	if err := os.Remove(e.Path("zones")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Get(context.Background(), "zones"); !errors.Is(err, ErrNotFound) {

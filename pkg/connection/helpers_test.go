@@ -39,8 +39,8 @@ type syncBuffer = syncbuf.Buffer
 // connection its get returns carries a probe attachment, standing for the
 // registry's clients, so a test sees when a version is let go.
 type env struct {
+	testkit.Folder
 	t     *testing.T
-	dir   string
 	store *Store
 	clock *testingclock.FakeClock // Options.Now under the test's control
 	log   *syncBuffer
@@ -90,14 +90,14 @@ type loadEvent struct {
 func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 	t.Helper()
 	e := &env{
-		t:     t,
-		dir:   t.TempDir(),
-		clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
-		log:   &syncBuffer{},
+		Folder: testkit.NewFolder(t),
+		t:      t,
+		clock:  testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		log:    &syncBuffer{},
 	}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.store = NewStore(Options{
-		Folder:       e.dir,
+		Folder:       e.Dir,
 		CacheTimeout: cacheTimeout,
 		Topology:     accessible.Options{Prefix: nodetopology.DefaultPrefix, Type: nodetopology.TypeCluster},
 		Log:          log,
@@ -110,14 +110,6 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 	})
 	return e
 }
-
-func (e *env) path(name string) string { return filepath.Join(e.dir, name+".yaml") }
-
-// write rewrites name.yaml in place (same inode).
-func (e *env) write(name, content string) { testkit.WriteFile(e.t, e.path(name), content, 0o600) }
-
-// replace renames a new name.yaml over the old one: a new inode.
-func (e *env) replace(name, content string) { testkit.ReplaceFile(e.t, e.path(name), content, 0o600) }
 
 // get returns a connection that must load, with a probe attached, as a
 // call that has ended: its reference is given back, so only the store
@@ -154,7 +146,7 @@ func (e *env) loadCount() int {
 // update: a new directory, and a new "..data" renamed over the old one.
 func (e *env) secret(generation int, files map[string]string) {
 	e.t.Helper()
-	gen := filepath.Join(e.dir, "..gen"+string(rune('0'+generation)))
+	gen := filepath.Join(e.Dir, "..gen"+string(rune('0'+generation)))
 	if err := os.Mkdir(gen, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
@@ -163,15 +155,15 @@ func (e *env) secret(generation int, files map[string]string) {
 			e.t.Fatal(err)
 		}
 	}
-	tmp := filepath.Join(e.dir, "..data_tmp")
+	tmp := filepath.Join(e.Dir, "..data_tmp")
 	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(e.dir, "..data")); err != nil {
+	if err := os.Rename(tmp, filepath.Join(e.Dir, "..data")); err != nil {
 		e.t.Fatal(err)
 	}
 	for name := range files {
-		link := e.path(name)
+		link := e.Path(name)
 		if _, err := os.Lstat(link); err == nil {
 			continue
 		}

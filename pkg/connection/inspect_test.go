@@ -16,17 +16,17 @@ import (
 // the server's answer without touching an upstream or a base path.
 func TestInspectSaysWhatGetSays(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("a", connA)
-	e.write("disk", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+e.dir+"/never-made\n")
-	e.write("broken", "driver: csi\n")
-	e.write("self", "driver: group\ngroup:\n  members: [a, self]\n")
-	e.write("inner", "driver: group\ngroup:\n  members: [a]\n")
-	e.write("g", "driver: group\ngroup:\n  members: [a, missing, broken, inner, disk]\n")
-	src, opts := NewFolderSource(e.dir), e.store.opts.Topology
+	e.Write("a", connA)
+	e.Write("disk", "driver: local-hostpath\nlocal-hostpath:\n  shareBasePath: "+e.Dir+"/never-made\n")
+	e.Write("broken", "driver: csi\n")
+	e.Write("self", "driver: group\ngroup:\n  members: [a, self]\n")
+	e.Write("inner", "driver: group\ngroup:\n  members: [a]\n")
+	e.Write("g", "driver: group\ngroup:\n  members: [a, missing, broken, inner, disk]\n")
+	src, opts := NewFolderSource(e.Dir), e.store.opts.Topology
 	if _, err := Inspect(src, "disk", opts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(e.dir + "/never-made"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(e.Dir + "/never-made"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Inspect touched the built-in driver's base path: stat: %v", err)
 	}
 	for _, name := range []string{"a", "disk", "missing", "broken", "self", "../a", "g"} {

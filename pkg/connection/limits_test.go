@@ -49,8 +49,8 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
 				e := newEnv(t, mode.timeout)
-				e.write("good", connA)
-				tt.setup(t, e.path("bad"))
+				e.Write("good", connA)
+				tt.setup(t, e.Path("bad"))
 				type result struct {
 					c   *Connection
 					err error
@@ -69,7 +69,7 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 				if r.c != nil || !errors.Is(r.err, ErrBroken) {
 					t.Fatalf("Get(bad) = %v, %v; want ErrBroken", r.c, r.err)
 				}
-				if !strings.Contains(r.err.Error(), tt.want) || !strings.Contains(r.err.Error(), filepath.Base(e.path("bad"))) {
+				if !strings.Contains(r.err.Error(), tt.want) || !strings.Contains(r.err.Error(), filepath.Base(e.Path("bad"))) {
 					t.Errorf("error %q does not contain %q and the file name", r.err, tt.want)
 				}
 				if got := e.endpoint("good"); got != "unix:///csi/a.sock" {
@@ -81,7 +81,7 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 	// Exactly MaxFileSize is fine.
 	e := newEnv(t, 0)
 	pad := MaxFileSize - len(connA) - len("# \n")
-	e.write("big", connA+"# "+strings.Repeat("x", pad)+"\n")
+	e.Write("big", connA+"# "+strings.Repeat("x", pad)+"\n")
 	if got := e.endpoint("big"); got != "unix:///csi/a.sock" {
 		t.Errorf("file of exactly %d bytes: endpoint %q", MaxFileSize, got)
 	}

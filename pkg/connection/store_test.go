@@ -76,7 +76,7 @@ func TestGetInvalidName(t *testing.T) {
 func TestGetValidNameEdges(t *testing.T) {
 	e := newEnv(t, -1)
 	for _, name := range []string{"a", "A", "0", "a..b", "a.yaml", "a_b-c.d", strings.Repeat("z", 63)} {
-		e.write(name, connA)
+		e.Write(name, connA)
 		if got := e.endpoint(name); got != "unix:///csi/a.sock" {
 			t.Errorf("%q: endpoint %q", name, got)
 		}
@@ -93,7 +93,7 @@ func TestGetNotFound(t *testing.T) {
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("error %v is not ErrNotFound", err)
 	}
-	if !strings.Contains(err.Error(), e.path("nfs")) || !strings.Contains(err.Error(), `"nfs"`) {
+	if !strings.Contains(err.Error(), e.Path("nfs")) || !strings.Contains(err.Error(), `"nfs"`) {
 		t.Errorf("error %q does not name the connection and its file", err)
 	}
 	if errors.Is(err, ErrBroken) || errors.Is(err, ErrInvalidName) {
@@ -101,13 +101,13 @@ func TestGetNotFound(t *testing.T) {
 	}
 
 	// A folder that does not exist is the same: there is no such file.
-	e.store.src = NewFolderSource(filepath.Join(e.dir, "missing")) // the store reads through its source, made at NewStore
+	e.store.src = NewFolderSource(filepath.Join(e.Dir, "missing")) // the store reads through its source, made at NewStore
 	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing folder: %v, want ErrNotFound", err)
 	}
 	// Only ".yaml": "nfs.yml" is not "nfs".
-	e.store.src = NewFolderSource(e.dir) // the store reads through its source, made at NewStore
-	if err := os.WriteFile(filepath.Join(e.dir, "nfs.yml"), []byte(connA), 0o600); err != nil {
+	e.store.src = NewFolderSource(e.Dir) // the store reads through its source, made at NewStore
+	if err := os.WriteFile(filepath.Join(e.Dir, "nfs.yml"), []byte(connA), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Get(context.Background(), "nfs"); !errors.Is(err, ErrNotFound) {
@@ -130,21 +130,21 @@ func TestGetBroken(t *testing.T) {
 		for _, b := range broken {
 			t.Run(mode.name+"/"+b.name, func(t *testing.T) {
 				e := newEnv(t, mode.timeout)
-				e.write("good", connA)
-				e.write("bad", b.content)
+				e.Write("good", connA)
+				e.Write("bad", b.content)
 				for range 2 { // the second Get may come from the cache
 					c, err := e.store.Get(context.Background(), "bad")
 					if c != nil || !errors.Is(err, ErrBroken) {
 						t.Fatalf("Get(bad) = %v, %v; want ErrBroken", c, err)
 					}
-					if !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), e.path("bad")) {
+					if !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), e.Path("bad")) {
 						t.Errorf("error %q does not contain %q and the file name", err, b.want)
 					}
 					if got := e.endpoint("good"); got != "unix:///csi/a.sock" {
 						t.Errorf("good connection: endpoint %q", got)
 					}
 				}
-				e.write("bad", connB)
+				e.Write("bad", connB)
 				if got := e.endpoint("bad"); got != "unix:///csi/b.sock" {
 					t.Errorf("fixed file: endpoint %q", got)
 				}
@@ -156,7 +156,7 @@ func TestGetBroken(t *testing.T) {
 // An unreadable "file" (here a directory) is ErrBroken, not ErrNotFound.
 func TestGetUnreadable(t *testing.T) {
 	e := newEnv(t, -1)
-	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
+	if err := os.Mkdir(e.Path("dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Get(context.Background(), "dir"); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "is a directory") {
@@ -167,14 +167,14 @@ func TestGetUnreadable(t *testing.T) {
 func TestList(t *testing.T) {
 	e := newEnv(t, -1)
 	for _, name := range []string{"b", "a", "a-b", "a_b", "a.b", "Z", "-bad", ".hidden", "ünï"} {
-		e.write(name, connA)
+		e.Write(name, connA)
 	}
 	for _, f := range []string{"a.yml", "README", "x.yaml.bak", ".yaml"} {
-		if err := os.WriteFile(filepath.Join(e.dir, f), nil, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(e.Dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
+	if err := os.Mkdir(e.Path("dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// A mounted Secret: symlinked files are listed, its ..data and
@@ -197,7 +197,7 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	missing := NewStore(Options{Folder: filepath.Join(e.dir, "missing")})
+	missing := NewStore(Options{Folder: filepath.Join(e.Dir, "missing")})
 	if _, err := missing.List(); err == nil {
 		t.Error("List of a missing folder: no error")
 	}
@@ -205,7 +205,7 @@ func TestList(t *testing.T) {
 
 func TestWarningsAreLogged(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("nfs", connA+"  endpiont: x\n")
+	e.Write("nfs", connA+"  endpiont: x\n")
 	e.get("nfs")
 	log := e.log.String()
 	if !strings.Contains(log, "unknown key csi.endpiont (ignored)") || !strings.Contains(log, "connection=nfs") {
@@ -215,12 +215,12 @@ func TestWarningsAreLogged(t *testing.T) {
 
 func TestOnLoad(t *testing.T) {
 	e := newEnv(t, -1)
-	e.write("nfs", connA)
+	e.Write("nfs", connA)
 	e.get("nfs")
 	e.get("nfs")
-	e.replace("nfs", connB)
+	e.Replace("nfs", connB)
 	e.get("nfs")
-	e.replace("nfs", "driver: nope\n")
+	e.Replace("nfs", "driver: nope\n")
 	e.store.Get(context.Background(), "nfs")
 	e.store.Get(context.Background(), "nfs")
 	e.store.Get(context.Background(), "missing") // nothing to read: no load

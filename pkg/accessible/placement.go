@@ -49,8 +49,9 @@ func (p Placement) Decide(name string, t *Compiled, requisite, preferred []*csi.
 // is an UntranslatedError carrying the narrowest report that is still
 // true, when there is one (the node pin of a node-local connection, the
 // declared topology list), for the caller to log and use; a mapped
-// connection with neither has no true report to give (its topology list
-// would be "everywhere"), and the caller fails the call.
+// connection with neither (no list; node-local without a node name) has
+// no true report to give (it would read "everywhere"), and the caller
+// fails the call.
 func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) (Decision, error) {
 	var cause error
 	if len(upstream) > 0 && !t.upstream.Empty() {
@@ -61,20 +62,20 @@ func (p Placement) Existing(t *Compiled, upstream []*csi.Topology) (Decision, er
 		cause = err
 	}
 	var d Decision
-	switch {
-	case t.NodeLocal():
+	if t.NodeLocal() {
 		if p.Host.Name != "" && labels.ValueError(p.Host.Name) == nil {
 			d = t.Options().Pin(p.Host)
 		} // else nothing to pin to; CreateVolume refuses such volumes (NodeNameError)
-	case cause != nil && len(t.entries) == 0:
-		return Decision{}, UntranslatedError{Cause: cause}
-	default:
+	} else {
 		d = t.All()
 	}
-	if cause != nil {
-		return d, UntranslatedError{Cause: cause, Fallback: true}
+	switch {
+	case cause == nil:
+		return d, nil
+	case d.Everywhere(): // no pin, no list: reporting it would widen
+		return Decision{}, UntranslatedError{Cause: cause}
 	}
-	return d, nil
+	return d, UntranslatedError{Cause: cause, Fallback: true}
 }
 
 // UntranslatedError is an existing volume's upstream answer that does not
@@ -90,7 +91,7 @@ func (e UntranslatedError) Error() string {
 	if e.Fallback {
 		return e.Cause.Error()
 	}
-	return e.Cause.Error() + "; the connection declares no proxy.perDriver.topology to report instead, so the volume's topology is unknown"
+	return e.Cause.Error() + "; the connection declares no proxy.perDriver.topology (and, node-local, knows no node name) to report instead, so the volume's topology is unknown"
 }
 
 func (e UntranslatedError) Unwrap() error { return e.Cause }

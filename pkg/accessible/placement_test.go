@@ -89,6 +89,7 @@ func TestPlacementExisting(t *testing.T) {
 		upstream []*csi.Topology
 		want     []*csi.Topology
 		err      string // "" none, "fallback", "none"
+		host     *Host  // instead of p's
 	}{
 		{name: "node-local, translated", spec: Spec{Upstream: map[string]string{dcsiNode: "node"}},
 			upstream: topos(topo(dcsiNode, "n7")), want: topos(topo(pk("node"), "n7"))},
@@ -102,8 +103,14 @@ func TestPlacementExisting(t *testing.T) {
 			upstream: topos(&csi.Topology{}), want: topos(zoneTerm("z2")), err: "fallback"},
 		{name: "zonal without a list, untranslatable: nothing", spec: Spec{Upstream: zonal}, upstream: bad, err: "none"},
 		{name: "zonal without a list, nothing answered: everywhere", spec: Spec{Upstream: zonal}},
+		{name: "node-local without a node name, untranslatable: nothing", spec: Spec{Upstream: map[string]string{dcsiNode: "node"}},
+			upstream: bad, err: "none", host: &Host{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			p := p
+			if tc.host != nil {
+				p.Host = *tc.host
+			}
 			d, err := p.Existing(CompileSpec(tc.spec, zoneOpts), tc.upstream)
 			var ue UntranslatedError
 			switch {

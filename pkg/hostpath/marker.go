@@ -31,7 +31,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -55,16 +54,29 @@ type marker struct {
 	CreatedAt  time.Time `json:"createdAt"`
 }
 
-// volumeHandleRE is a volume handle with a base path fingerprint.
-var volumeHandleRE = regexp.MustCompile(`^(vol-[0-9a-f]{32})-([0-9a-f]{8})$`)
-
 // splitVolumeHandle returns the volume id and the fingerprint of a handle
-// that carries one; any other string is returned as it is, without one.
+// that carries one (vol-<32 hex>-<8 hex>); any other string is returned as
+// it is, without one. It runs on every volume call, so it cuts at the
+// fixed position instead of matching a pattern.
 func splitVolumeHandle(handle string) (id, fingerprint string) {
-	if m := volumeHandleRE.FindStringSubmatch(handle); m != nil {
-		return m[1], m[2]
+	const idLen = len("vol-") + 32
+	if len(handle) == idLen+1+8 && handle[idLen] == '-' && validVolumeID(handle[:idLen]) && isFingerprint(handle[idLen+1:]) {
+		return handle[:idLen], handle[idLen+1:]
 	}
 	return handle, ""
+}
+
+// isFingerprint reports whether s is 8 lower-case hex digits.
+func isFingerprint(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // volumeIDOf is the volume id of a handle, whatever its fingerprint.
@@ -103,7 +115,7 @@ func readMarker(base string) (*marker, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(base, markerFile), err)
 	}
-	if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(m.Fingerprint) {
+	if !isFingerprint(m.Fingerprint) {
 		return nil, fmt.Errorf("%s: fingerprint %q is not 8 hex digits", filepath.Join(base, markerFile), m.Fingerprint)
 	}
 	return &m, nil

@@ -152,3 +152,23 @@ func TestMarkerWrittenOnce(t *testing.T) {
 		t.Errorf("markers %+v and %+v", a.marker, b.marker)
 	}
 }
+
+// splitVolumeHandle takes the fingerprint off a handle that carries one
+// and leaves every other string whole.
+func TestSplitVolumeHandle(t *testing.T) {
+	id := "vol-" + strings.Repeat("0123456789abcdef", 2)
+	for _, tc := range []struct{ handle, id, fp string }{
+		{id + "-deadbeef", id, "deadbeef"},
+		{id, id, ""},                                         // made before markers
+		{id + "-DEADBEEF", id + "-DEADBEEF", ""},             // upper case: not ours
+		{id + "-deadbee", id + "-deadbee", ""},               // 7 digits
+		{id + "_deadbeef", id + "_deadbeef", ""},             // wrong separator
+		{"vol-xyz-deadbeef", "vol-xyz-deadbeef", ""},         // not a volume id
+		{id[:35] + "g-deadbeef", id[:35] + "g-deadbeef", ""}, // not hex
+	} {
+		gotID, gotFP := splitVolumeHandle(tc.handle)
+		if gotID != tc.id || gotFP != tc.fp {
+			t.Errorf("splitVolumeHandle(%q) = %q, %q; want %q, %q", tc.handle, gotID, gotFP, tc.id, tc.fp)
+		}
+	}
+}

@@ -53,10 +53,12 @@ type Spec struct {
 // without a topology list. Such a connection is decided by the node that
 // serves the call (Placement), and nodes report the node key.
 func (s Spec) NodeLocal(opts Options) bool {
-	if len(s.Entries) > 0 {
-		return false
-	}
-	return s.Builtin || CompileUpstream(s.Upstream, opts).MapsTo(opts.NodeKey())
+	return s.nodeLocal(CompileUpstream(s.Upstream, opts), opts)
+}
+
+// nodeLocal is NodeLocal with the upstream map already compiled.
+func (s Spec) nodeLocal(upstream UpstreamMap, opts Options) bool {
+	return len(s.Entries) == 0 && (s.Builtin || upstream.MapsTo(opts.NodeKey()))
 }
 
 // CompileSpec prepares a connection's Spec (which should have passed
@@ -64,7 +66,7 @@ func (s Spec) NodeLocal(opts Options) bool {
 func CompileSpec(s Spec, opts Options) *Compiled {
 	c := Compile(s.Entries, opts)
 	c.upstream = CompileUpstream(s.Upstream, opts)
-	c.nodeLocal = s.NodeLocal(opts)
+	c.nodeLocal = s.nodeLocal(c.upstream, opts)
 	return c
 }
 

@@ -17,7 +17,7 @@ import (
 // external-provisioner's capacity tracking for a class without
 // parameters) ask so and expect an answer, not an error.
 func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if req.GetParameters()[ConnectionParameter] == "" && d.opts.DefaultConnection == "" {
+	if d.connectionName(req.GetParameters()) == "" {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
 	c, err := d.connectionFromParameters(ctx, req.GetParameters())

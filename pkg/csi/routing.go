@@ -77,13 +77,19 @@ func parseID(kind ids.Kind, field, s string) (ids.ID, error) {
 	return id, nil
 }
 
-// connectionFromParameters picks the connection named by a request's
-// parameters (StorageClass parameters.connection), else the default one.
-func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*backend.Conn, error) {
-	name := params[ConnectionParameter]
-	if name == "" {
-		name = d.opts.DefaultConnection
+// connectionName is the connection a request's parameters name
+// (StorageClass parameters.connection), else the default one; "" when
+// neither is set.
+func (d *Driver) connectionName(params map[string]string) string {
+	if name := params[ConnectionParameter]; name != "" {
+		return name
 	}
+	return d.opts.DefaultConnection
+}
+
+// connectionFromParameters resolves the connection connectionName picks.
+func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*backend.Conn, error) {
+	name := d.connectionName(params)
 	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "parameters.connection is required: set it in the StorageClass, or set proxy.defaultConnection")
 	}

@@ -119,7 +119,10 @@ KUBE_LDFLAGS := -s -w -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
 
 # CSI_NODE_DRIVER_REGISTRAR, CSI_LIVENESSPROBE: optional binaries of those
 # sidecars (<name>-<image tag>); the Go module proxy refuses their modules,
-# so tools/csi cannot build them. TestUpstreamsInPods runs them when given.
+# so tools/csi cannot build them. TestUpstreamsInPods runs them when given,
+# and by default the ones put in .cache/bin by hand (newest tag) if any.
+CSI_NODE_DRIVER_REGISTRAR ?= $(lastword $(sort $(wildcard $(CACHE_BIN)/csi-node-driver-registrar-v*)))
+CSI_LIVENESSPROBE ?= $(lastword $(sort $(wildcard $(CACHE_BIN)/livenessprobe-v*)))
 e2e-kube: kube-tools csi-tools etcd
 	PROXY_TOPOLOGY_E2E_KUBE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" \
 	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) \

@@ -21,7 +21,8 @@ import (
 // /v2), for the version list and for v2.14.0 and v2.16.0 alike, checked
 // on 2026-11-25 and again on 2026-11-28. Their tags are pinned in deploy/
 // by hand; TestUpstreamsInPods runs them only when CSI_NODE_DRIVER_REGISTRAR
-// and CSI_LIVENESSPROBE name binaries built elsewhere, and checks that each
+// and CSI_LIVENESSPROBE name binaries built elsewhere (make e2e-kube takes
+// the ones put in .cache/bin by default), and checks that each
 // binary's version suffix is its image's tag (registrar_test.go).
 var (
 	sidecarModules = map[string]string{

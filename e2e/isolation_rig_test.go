@@ -167,12 +167,7 @@ func (r *isoRig) endpoint(proc string) string {
 // the proxy never reads half a file.
 func (r *isoRig) write(t *testing.T, name, content string) {
 	t.Helper()
-	path := filepath.Join(r.connDir, name+".yaml")
-	tmp := filepath.Join(r.connDir, "."+name+".tmp")
-	testkit.WriteFile(t, tmp, content, 0o640)
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	testkit.ReplaceFile(t, filepath.Join(r.connDir, name+".yaml"), content, 0o640)
 }
 
 // editVersion is the content of f-edit's version i. Every version offers

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
@@ -39,14 +40,7 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 	// A new file, written as an admin would; the store sees the change on
 	// the next call (a new inode), as it does for any edit.
 	writeConn := func(base string) {
-		t.Helper()
-		tmp := filepath.Join(s.Folder, ".local.yaml.tmp")
-		if err := os.WriteFile(tmp, []byte(conn(base)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(s.Folder, "local.yaml")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.ReplaceFile(t, filepath.Join(s.Folder, "local.yaml"), conn(base), 0o600)
 	}
 	writeConn(newBase)
 	want := `FAILED_PRECONDITION: connection "local": volume ` + strings.TrimPrefix(id, "v:local/") + " was made under base path " + oldBase

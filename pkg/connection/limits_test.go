@@ -6,13 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/config"
 )
 
 // TestGetSpecialAndHugeFiles: a connection file that is a FIFO, a device
-// or bigger than MaxFileSize fails its own connection at once with a
+// or bigger than config.MaxFileSize fails its own connection at once with a
 // precise reason; it never blocks the call or fills memory, and other
 // connections keep loading.
 func TestGetSpecialAndHugeFiles(t *testing.T) {
@@ -22,16 +24,7 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 		want  string
 	}{
 		{"fifo", func(t *testing.T, path string) {
-			if err := syscall.Mkfifo(path, 0o600); err != nil {
-				t.Skipf("mkfifo: %v", err)
-			}
-			// Unblock a reader that waits for a writer, so a regression
-			// fails the test instead of leaving a goroutine stuck.
-			t.Cleanup(func() {
-				if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-					f.Close()
-				}
-			})
+			testkit.Mkfifo(t, path)
 		}, "not a regular file (a named pipe, mode p"},
 		{"device", func(t *testing.T, path string) {
 			if err := os.Symlink("/dev/null", path); err != nil {
@@ -39,7 +32,7 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 			}
 		}, "not a regular file (a character device, mode Dc"},
 		{"over the limit", func(t *testing.T, path string) {
-			data := []byte(connA + "# " + strings.Repeat("x", MaxFileSize) + "\n")
+			data := []byte(connA + "# " + strings.Repeat("x", config.MaxFileSize) + "\n")
 			if err := os.WriteFile(path, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -78,11 +71,11 @@ func TestGetSpecialAndHugeFiles(t *testing.T) {
 			})
 		}
 	}
-	// Exactly MaxFileSize is fine.
+	// Exactly config.MaxFileSize is fine.
 	e := newEnv(t, 0)
-	pad := MaxFileSize - len(connA) - len("# \n")
+	pad := config.MaxFileSize - len(connA) - len("# \n")
 	e.Write("big", connA+"# "+strings.Repeat("x", pad)+"\n")
 	if got := e.endpoint("big"); got != "unix:///csi/a.sock" {
-		t.Errorf("file of exactly %d bytes: endpoint %q", MaxFileSize, got)
+		t.Errorf("file of exactly %d bytes: endpoint %q", config.MaxFileSize, got)
 	}
 }

@@ -91,11 +91,8 @@ func (f *FolderSource) Describe(name string) string { return f.path(name) }
 // String names the folder.
 func (f *FolderSource) String() string { return "folder " + f.dir }
 
-// MaxFileSize bounds a connection file (config.MaxFileSize).
-const MaxFileSize = config.MaxFileSize
-
 // Read reads the file through config.ReadFile: a regular file of at most
-// MaxFileSize, never blocking on a FIFO.
+// config.MaxFileSize, never blocking on a FIFO.
 func (f *FolderSource) Read(name string) ([]byte, error) { return config.ReadFile(f.path(name)) }
 
 // racyWindow bounds the timestamp granularity trusted: a file whose ctime

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -80,31 +78,7 @@ func TestAttach(t *testing.T) {
 		"storageClasses":        []any{map[string]any{"name": "e2e-attach", "volumeBindingMode": "Immediate", "parameters": map[string]any{"connection": "published"}}},
 		"volumeSnapshotClasses": []any{},
 	}
-	b, err := yaml.Marshal(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.ensureNamespace(t, attachNamespace)
-	objs := decodeObjects(t, run(t, tools["HELM"], "template", "attach", "deploy/helm/proxy-topology", "--namespace", attachNamespace, "--values", path))
-	t.Cleanup(func() {
-		c.deleteNamespace(t, attachNamespace)
-		for _, o := range objs {
-			if o.GetNamespace() == "" {
-				if r, err := c.resource(o); err == nil {
-					_ = r.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
-				}
-			}
-		}
-	})
-	for _, o := range objs {
-		if _, err := c.apply(ctx, o, false); err != nil {
-			t.Fatalf("installing %s: %v", key(o), err)
-		}
-	}
+	installRelease(t, c, "attach", attachNamespace, values, t.TempDir())
 	drv, err := c.client.StorageV1().CSIDrivers().Get(ctx, attachDriver, metav1.GetOptions{})
 	if err != nil || drv.Spec.AttachRequired == nil || !*drv.Spec.AttachRequired {
 		t.Fatalf("CSIDriver %s: %v, attachRequired %v", attachDriver, err, drv.Spec.AttachRequired)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
@@ -133,12 +132,8 @@ func askConnection(reg *backend.Registry, guard *backend.SelfGuard, name, path s
 	}
 	conn, err := reg.Build(ctx, &connection.Connection{Name: name, File: path, Config: c})
 	if err != nil {
-		// Reported by its code, as a failed call is.
-		code := codes.FailedPrecondition
-		if errors.Is(err, connection.ErrUnavailable) {
-			code = codes.Unavailable
-		}
-		return caps, "", fmt.Errorf("clients: %w", status.Error(code, err.Error()))
+		// Reported by its code, as the server answers a call.
+		return caps, "", fmt.Errorf("clients: %w", pcsi.ConnectionError(err))
 	}
 	defer conn.Close()
 	if c.Driver == config.DriverCSI {

@@ -156,7 +156,7 @@ type Options struct {
 // with a reference the caller gives back with Release.
 type Connections interface {
 	// Get returns the connection called name; its errors wrap
-	// pkg/connection's sentinels (storeError maps them).
+	// pkg/connection's sentinels (ConnectionError maps them).
 	Get(ctx context.Context, name string) (*backend.Conn, error)
 	// Member returns member i of group g, as Get does.
 	Member(ctx context.Context, g *backend.Conn, i int) (*backend.Conn, error)

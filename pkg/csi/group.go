@@ -86,7 +86,7 @@ func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.Cre
 	}
 	m, err := d.opts.Connections.Member(ctx, g, i)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, ConnectionError(err)
 	}
 	hold(ctx, m)
 	if _, err := d.decide(m.Connection, req.GetAccessibilityRequirements()); err != nil {
@@ -108,7 +108,7 @@ func (d *Driver) groupCapacity(ctx context.Context, g *backend.Conn, req *csi.Ge
 	for i := range g.Members() {
 		m, err := d.opts.Connections.Member(ctx, g, i)
 		if err != nil {
-			return nil, storeError(err)
+			return nil, ConnectionError(err)
 		}
 		hold(ctx, m)
 		resp, err := d.connectionCapacity(ctx, m, req)

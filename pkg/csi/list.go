@@ -164,7 +164,7 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 			if errors.Is(err, connection.ErrUnavailable) {
 				what = "cannot be reached"
 			}
-			st := status.Convert(storeError(err))
+			st := status.Convert(ConnectionError(err))
 			return nil, "", status.Errorf(st.Code(), "%s: connection %q %s, and a list without its volumes would tell the CO they are gone: %s",
 				method, name, what, st.Message())
 		}

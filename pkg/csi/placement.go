@@ -80,7 +80,7 @@ func (p Placement) ChooseMember(g *connection.Connection, requisite, preferred [
 		if members[i] == nil {
 			m, err := member(i)
 			if err != nil {
-				return nil, storeError(err)
+				return nil, ConnectionError(err)
 			}
 			members[i] = m
 		}

@@ -113,14 +113,16 @@ func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*backend.C
 	setConnection(ctx, name)
 	c, err := d.opts.Connections.Get(ctx, name)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, ConnectionError(err)
 	}
 	hold(ctx, c)
 	return c, nil
 }
 
-// storeError maps connection lookup failures to status codes.
-func storeError(err error) error {
+// ConnectionError is the status of a connection that cannot be had: its
+// name, its file, or its clients (the registry's errors); `check` reports
+// a connection the same way.
+func ConnectionError(err error) error {
 	switch {
 	case errors.Is(err, connection.ErrInvalidName):
 		return status.Error(codes.InvalidArgument, err.Error())

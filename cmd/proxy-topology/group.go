@@ -134,7 +134,7 @@ func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connecti
 		err error
 	}
 	members := make([]*asked, len(names))
-	m, why, err := place.ChooseMember(g, req.GetRequisite(), req.GetPreferred(), func(i int) (*connection.Connection, error) {
+	m, why, err := pcsi.ChooseMember(place, g, req.GetRequisite(), req.GetPreferred(), func(i int) (*connection.Connection, error) {
 		c, err := connection.InspectMember(src, g, i, place.Topology)
 		members[i] = &asked{c: c, err: err}
 		return c, err

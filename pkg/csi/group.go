@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
-	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
 
@@ -34,23 +33,19 @@ func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.Crea
 		return d.sourceMember(ctx, g, req, src)
 	}
 	requirement := req.GetAccessibilityRequirements()
-	// Placement decides on the members' files; the one chosen is served
-	// with the clients found for it.
-	members := make([]*backend.Conn, len(g.Members()))
-	chosen, why, err := d.placement().ChooseMember(g.Connection, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*connection.Connection, error) {
+	// Placement decides on the members' topologies; the one chosen is
+	// served with the clients found for it, and each member found is held
+	// for the call.
+	m, why, err := ChooseMember(d.placement(), g.Connection, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*backend.Conn, error) {
 		m, err := d.opts.Connections.Member(ctx, g, i)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			hold(ctx, m)
 		}
-		hold(ctx, m)
-		members[i] = m
-		return m.Connection, nil
+		return m, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(members, func(m *backend.Conn) bool { return m != nil && m.Connection == chosen })
-	m := members[i]
 	setConnection(ctx, m.Name)
 	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(), "why", why)
 	return m, nil

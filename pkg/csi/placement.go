@@ -66,6 +66,13 @@ func (p Placement) Offers(c *connection.Connection) string {
 	return p.pure().Offers(c.Topology(p.Topology))
 }
 
+// Member is what ChooseMember needs of a group member: its topology.
+// *connection.Connection (the dry run) and *backend.Conn (the server,
+// which also holds the member's clients) are both.
+type Member interface {
+	Topology(accessible.Options) *accessible.Compiled
+}
+
 // ChooseMember is the member of group g a CreateVolume without a content
 // source goes to (accessible.Placement.ChooseMember). member(i) finds
 // member i (backend.Registry.Member for the server,
@@ -73,19 +80,21 @@ func (p Placement) Offers(c *connection.Connection) string {
 // only for the members the choice needs, and its error is mapped to a
 // status as Get's are. The answer is the chosen member (as member
 // returned it) and why it was chosen.
-func (p Placement) ChooseMember(g *connection.Connection, requisite, preferred []*csi.Topology, member func(i int) (*connection.Connection, error)) (*connection.Connection, string, error) {
+func ChooseMember[M Member](p Placement, g *connection.Connection, requisite, preferred []*csi.Topology, member func(i int) (M, error)) (M, string, error) {
 	names := g.Members()
-	members := make([]*connection.Connection, len(names))
-	get := func(i int) (*connection.Connection, error) {
-		if members[i] == nil {
+	members := make([]M, len(names))
+	found := make([]bool, len(names))
+	get := func(i int) (M, error) {
+		if !found[i] {
 			m, err := member(i)
 			if err != nil {
-				return nil, ConnectionError(err)
+				return m, ConnectionError(err)
 			}
-			members[i] = m
+			members[i], found[i] = m, true
 		}
 		return members[i], nil
 	}
+	var none M
 	choice, err := p.pure().ChooseMember(g.Name, names, requisite, preferred, func(i int) (*accessible.Compiled, error) {
 		m, err := get(i)
 		if err != nil {
@@ -94,12 +103,12 @@ func (p Placement) ChooseMember(g *connection.Connection, requisite, preferred [
 		return m.Topology(p.Topology), nil
 	})
 	if err != nil {
-		return nil, "", err
+		return none, "", err
 	}
 	// Without requirements the first member is chosen unasked.
 	m, err := get(choice.Member)
 	if err != nil {
-		return nil, "", err
+		return none, "", err
 	}
 	return m, choice.Explain(names, requisite, preferred), nil
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 const nodeLabelMain = `driver: proxy
@@ -85,7 +87,7 @@ func serveWith(t *testing.T, o Options, mainYAML string) (string, error) {
 	}
 	o.Config = filepath.Join(dir, "proxy.yaml")
 	writeMainConfig(t, o.Config, mainYAML, folder)
-	sock := filepath.Join(shortDir(t), "csi.sock")
+	sock := filepath.Join(testkit.SocketDir(t), "csi.sock")
 	o.Endpoint, o.Mode, o.ShutdownTimeout = "unix://"+sock, "node", time.Second
 	up := make(chan struct{}, 1)
 	o.listening = func(string) { up <- struct{}{} }

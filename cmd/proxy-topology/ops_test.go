@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/internal/syncbuf"
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // syncBuffer collects the log of an in-process Serve.
@@ -30,17 +31,6 @@ type served struct {
 	stopped    chan error
 	stopOnce   sync.Once
 	socketPath string
-}
-
-// shortDir is a temp dir whose path fits a unix socket (108 bytes).
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // startServe writes mainYAML (with proxy.configFolder set) and the
@@ -67,7 +57,7 @@ func startServeWith(t *testing.T, mainYAML string, connections map[string]string
 	}
 	cfg := filepath.Join(dir, "proxy.yaml")
 	writeMainConfig(t, cfg, mainYAML, folder)
-	sock := filepath.Join(shortDir(t), "csi", "csi.sock")
+	sock := filepath.Join(testkit.SocketDir(t), "csi", "csi.sock")
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	addr := make(chan string, 1)

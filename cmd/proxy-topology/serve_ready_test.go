@@ -43,13 +43,13 @@ func TestProbeWaitsForCapabilities(t *testing.T) {
 			if err := os.MkdirAll(folder, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			upSock := filepath.Join(shortDir(t), "up.sock")
+			upSock := filepath.Join(testkit.SocketDir(t), "up.sock")
 			if err := os.WriteFile(filepath.Join(folder, "late.yaml"), []byte("driver: csi\ncsi:\n  endpoint: unix://"+upSock+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			cfg := filepath.Join(dir, "proxy.yaml")
 			writeMainConfig(t, cfg, localHostpathMain, folder)
-			sock := filepath.Join(shortDir(t), "csi.sock")
+			sock := filepath.Join(testkit.SocketDir(t), "csi.sock")
 			logs := &syncBuffer{}
 			log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			listening := make(chan struct{}, 1)

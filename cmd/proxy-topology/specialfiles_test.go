@@ -90,7 +90,7 @@ func TestConfigSpecialFiles(t *testing.T) {
 			}
 			var logs bytes.Buffer
 			var err error
-			o := Options{Config: tc.path, Endpoint: "unix://" + filepath.Join(shortDir(t), "csi.sock"), NodeID: "n1", Mode: "all", ShutdownTimeout: time.Second}
+			o := Options{Config: tc.path, Endpoint: "unix://" + filepath.Join(testkit.SocketDir(t), "csi.sock"), NodeID: "n1", Mode: "all", ShutdownTimeout: time.Second}
 			bounded(t, "serve", func() { err = Serve(t.Context(), o, slog.New(slog.NewTextHandler(&logs, nil))) })
 			if want := "config " + tc.path + ": read " + tc.path + ": " + tc.why; err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("serve: %v; want %q", err, want)

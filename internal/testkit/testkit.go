@@ -112,6 +112,20 @@ func (f Folder) Write(name, content string) { WriteFile(f.t, f.Path(name), conte
 // Replace renames a new name.yaml over the old one: a new inode.
 func (f Folder) Replace(name, content string) { ReplaceFile(f.t, f.Path(name), content, 0o600) }
 
+// SocketDir is a new directory for unix sockets, removed when the test
+// ends. A socket path must fit in 108 bytes, which t.TempDir's (named
+// after the test and its subtests) may exceed, so it is a short name
+// under os.TempDir.
+func SocketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // ServeUnix serves register's services with a gRPC server on a new unix
 // socket at path until the test ends; it returns the server, which the
 // test may stop earlier. It may be called from any goroutine: when the

@@ -9,13 +9,13 @@ package testproxy
 import (
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -91,13 +91,7 @@ func Start(t testing.TB, cfg Config) *Proxy {
 	p.Driver = d
 	d.SetReady(!cfg.NotReady)
 
-	// A socket path must fit in 108 bytes: t.TempDir's may not.
-	dir, err := os.MkdirTemp("", "ptproxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "csi.sock")
+	path := filepath.Join(testkit.SocketDir(t), "csi.sock")
 	lis, err := pcsi.Listen("unix://" + path)
 	if err != nil {
 		t.Fatal(err)

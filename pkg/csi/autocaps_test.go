@@ -9,6 +9,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -193,7 +194,7 @@ func TestAutoCapabilitiesUnreachable(t *testing.T) {
 	// timeout, long enough to see Probe answer in the meantime.
 	p := startProxy(t, withPolicy(t, config.Capabilities{}, false), func(o *pcsi.Options) { o.CapabilityTimeout = 2 * time.Second })
 	p.add(t, "good", conn{Endpoint: good.Endpoint})
-	p.add(t, "gone", conn{Endpoint: "unix://" + filepath.Join(shortTempDir(t), "nothing.sock")})
+	p.add(t, "gone", conn{Endpoint: "unix://" + filepath.Join(testkit.SocketDir(t), "nothing.sock")})
 	p.add(t, "hung", conn{Endpoint: hung.Endpoint})
 	p.write(t, "broken", "driver: csi\n")
 	done := make(chan struct{})

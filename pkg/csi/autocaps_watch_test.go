@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
@@ -165,7 +166,7 @@ func TestRetryUnconfirmedSoon(t *testing.T) {
 	p := startTrackedProxy(t)
 	// Not there yet: the socket appears later, as an upstream that starts
 	// after the proxy.
-	later := filepath.Join(shortTempDir(t), "later.sock")
+	later := filepath.Join(testkit.SocketDir(t), "later.sock")
 	p.add(t, "late", conn{Endpoint: "unix://" + later})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

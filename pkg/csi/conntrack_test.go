@@ -8,6 +8,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -48,7 +49,7 @@ func trackedPair(t *testing.T, lis net.Listener) (server, client net.Conn) {
 // when a client goes) leave the tracker, open ones stay, and CloseLacking
 // closes those told less than what is advertised now.
 func TestConnTrackerHandsOverUnwrapped(t *testing.T) {
-	raw, err := pcsi.Listen("unix://" + filepath.Join(shortTempDir(t), "csi.sock"))
+	raw, err := pcsi.Listen("unix://" + filepath.Join(testkit.SocketDir(t), "csi.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func TestGetCapacity(t *testing.T) {
 // TestDeadUpstream: nothing listens on the endpoint; the caller learns
 // which connection and endpoint, and other connections keep working.
 func TestDeadUpstream(t *testing.T) {
-	dead := "unix://" + filepath.Join(shortTempDir(t), "nobody.sock")
+	dead := "unix://" + filepath.Join(testkit.SocketDir(t), "nobody.sock")
 	f := newFakeUpstream(t)
 	p := startProxy(t)
 	p.add(t, "dead", conn{Endpoint: dead})

@@ -3,7 +3,6 @@ package csi_test
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 )
 
 // fakeUpstream is a CSI driver served over a real unix socket. It records
@@ -96,24 +97,11 @@ func withDelayAll(d time.Duration) fakeOption {
 	return func(f *fakeUpstream) { f.delays["*"] = d }
 }
 
-// shortTempDir returns a fresh directory for sockets. A unix socket path
-// is limited to 108 bytes, which t.TempDir() (named after the test) can
-// exceed for table subtests, so this uses a short name under os.TempDir.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pcsi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // newFakeUpstream starts a fake on a unix socket and stops it when the test
 // ends.
 func newFakeUpstream(t *testing.T, opts ...fakeOption) *fakeUpstream {
 	t.Helper()
-	path := filepath.Join(shortTempDir(t), "up.sock")
+	path := filepath.Join(testkit.SocketDir(t), "up.sock")
 	f := &fakeUpstream{
 		Endpoint:       "unix://" + path,
 		path:           path,

@@ -70,7 +70,7 @@ func (panicky) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapa
 func TestPanicBecomesInternal(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := jsonLogger(t, logs, "info")
-	path := filepath.Join(shortTempDir(t), "p.sock")
+	path := filepath.Join(testkit.SocketDir(t), "p.sock")
 	cc := serveGRPC(t, path, pcsi.NewServer(serviceFunc(func(srv *grpc.Server) {
 		csi.RegisterControllerServer(srv, panicky{})
 	}), log))
@@ -190,7 +190,7 @@ func TestLogsAtInfo(t *testing.T) {
 	p := startProxy(t)
 	logs := &lockedBuffer{}
 	log := jsonLogger(t, logs, "info")
-	srvPath := filepath.Join(shortTempDir(t), "i.sock")
+	srvPath := filepath.Join(testkit.SocketDir(t), "i.sock")
 	cc := serveGRPC(t, srvPath, pcsi.NewServer(p.Driver, log))
 	client := csi.NewControllerClient(cc)
 	_, err := client.ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: "v:missing/vol-1"})
@@ -213,7 +213,7 @@ func TestLogLevels(t *testing.T) {
 	p := startProxy(t)
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	logs := &lockedBuffer{}
-	cc := serveGRPC(t, filepath.Join(shortTempDir(t), "l.sock"), pcsi.NewServer(p.Driver, jsonLogger(t, logs, "info")))
+	cc := serveGRPC(t, filepath.Join(testkit.SocketDir(t), "l.sock"), pcsi.NewServer(p.Driver, jsonLogger(t, logs, "info")))
 	id, ctrl, node := csi.NewIdentityClient(cc), csi.NewControllerClient(cc), csi.NewNodeClient(cc)
 	ctx := callCtx(t)
 	a := map[string]string{"connection": "a"}

@@ -65,7 +65,7 @@ func (s *endlessLister) ControllerListVolumeHealth(_ context.Context, req *csi.C
 
 func serveEndless(t *testing.T, s *endlessLister) string {
 	t.Helper()
-	path := filepath.Join(shortTempDir(t), "endless.sock")
+	path := filepath.Join(testkit.SocketDir(t), "endless.sock")
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)

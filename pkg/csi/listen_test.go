@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 func TestListenCreatesSocket(t *testing.T) {
 	for _, prefix := range []string{"unix://", "unix:"} {
 		t.Run(prefix, func(t *testing.T) {
-			path := filepath.Join(shortTempDir(t), "new", "dir", "csi.sock")
+			path := filepath.Join(testkit.SocketDir(t), "new", "dir", "csi.sock")
 			l, err := pcsi.Listen(prefix + path)
 			if err != nil {
 				t.Fatal(err)
@@ -47,7 +48,7 @@ func TestListenCreatesSocket(t *testing.T) {
 }
 
 func TestListenRefusesRegularFile(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "csi.sock")
+	path := filepath.Join(testkit.SocketDir(t), "csi.sock")
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestListenRefusesRegularFile(t *testing.T) {
 }
 
 func TestListenRemovesStaleSocket(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "csi.sock")
+	path := filepath.Join(testkit.SocketDir(t), "csi.sock")
 	old, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +81,7 @@ func TestListenRemovesStaleSocket(t *testing.T) {
 }
 
 func TestListenRefusesLiveSocket(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "csi.sock")
+	path := filepath.Join(testkit.SocketDir(t), "csi.sock")
 	live, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func startGuardedProxy(t *testing.T, own ...string) (*testProxy, *backend.SelfGu
 // its path or through a symlinked directory, is refused when it loads,
 // naming the key; nothing is forwarded to it.
 func TestSelfRouteOwnSocket(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := testkit.SocketDir(t)
 	own := filepath.Join(dir, "csi.sock")
 	if err := os.Symlink(dir, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)

@@ -176,7 +176,7 @@ Without a command it serves: the flags below are serve's, and
 	// The root has no Args: cobra then refuses a word that is not a
 	// command as `unknown command "x"`, with suggestions.
 	addServe(root)
-	root.AddCommand(newServeCommand(), newTopologyCommand(), newCheckCommand(), csiclient.NewCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newTopologyCommand(), newCheckCommand(), newMigrateCommand(), csiclient.NewCommand(), newVersionCommand())
 	return root
 }
 

@@ -261,7 +261,6 @@ func TestUpstreamsInPods(t *testing.T) {
 // ends.
 func installRelease(t *testing.T, c *cluster, release, namespace string, values map[string]any, dir string) {
 	t.Helper()
-	ctx := context.Background()
 	b, err := yaml.Marshal(values)
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +269,14 @@ func installRelease(t *testing.T, c *cluster, release, namespace string, values 
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	installValuesFile(t, c, release, namespace, path)
+}
+
+// installValuesFile is installRelease with the values file at path, used
+// as it is.
+func installValuesFile(t *testing.T, c *cluster, release, namespace, path string) {
+	t.Helper()
+	ctx := context.Background()
 	objs := decodeObjects(t, run(t, tools["HELM"], "template", release, "deploy/helm/proxy-topology", "--namespace", namespace, "--values", path))
 	c.ensureNamespace(t, namespace)
 	t.Cleanup(func() {

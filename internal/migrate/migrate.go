@@ -66,6 +66,9 @@ type Result struct {
 	// image is democratic-csi's image of the old release, when its values
 	// give it as one string.
 	image string
+	// strategyNode: democratic-csi's controller.strategy is node (its
+	// controller runs in every node plugin).
+	strategyNode bool
 	// NodeLocal lists the node-local connections (the values then use
 	// the chart's node-local mode).
 	NodeLocal []string
@@ -110,6 +113,12 @@ func Convert(in Input) *Result {
 	used := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(in.Connections)) {
 		r.convertConnection(in, name, upstreams, connections, used)
+	}
+	if len(r.NodeLocal) == 0 && r.strategyNode {
+		out.set("nodeLocal", map[string]any{"enabled": true})
+		controller = newMapping()
+		controller.set("enabled", false)
+		r.notef("%s: controller.strategy node: the values use the chart's node-local mode (nodeLocal.enabled: true, controller.enabled: false), where every node plugin serves the controller service (SPEC §12)", in.ValuesName)
 	}
 	if len(r.NodeLocal) > 0 {
 		out.set("nodeLocal", map[string]any{"enabled": true})

@@ -247,7 +247,7 @@ driver:
 				t.Errorf("%d storageClasses carried", n)
 			}
 			notes := strings.Join(res.Notes, "\n")
-			for _, s := range []string{"controller.strategy: not carried", "controller.driver.logLevel: not carried", "fromRegexp[0].matchRegexp: not carried", "storageClasses[1] (gone): connection nowhere is not among"} {
+			for _, s := range []string{"controller.strategy Recreate: not carried", "controller.driver.logLevel: not carried", "fromRegexp[0].matchRegexp: not carried", "storageClasses[1] (gone): connection nowhere is not among"} {
 				if typ == "zone" && !strings.Contains(notes, s) {
 					t.Errorf("no note %q in:\n%s", s, notes)
 				}
@@ -256,6 +256,22 @@ driver:
 				t.Errorf("no note on the dropped rules:\n%s", notes)
 			}
 		})
+	}
+}
+
+// TestStrategyNode: democratic-csi's controller.strategy node (its
+// controller in the node DaemonSet) is the chart's node-local mode, even
+// without a node-local connection.
+func TestStrategyNode(t *testing.T) {
+	res := Convert(Input{ValuesName: "v.yaml", ConnectionsName: "c",
+		Values:      []byte("csiDriver: {name: a.b}\ncontroller: {strategy: node}\ndriver: {config: {driver: proxy, proxy: {configFolder: /mnt/connections}}}\n"),
+		Connections: map[string][]byte{"nfs": []byte("driver: nfs-client\n")}})
+	if len(res.Errors) > 0 {
+		t.Fatal(res.Errors)
+	}
+	v := decode(t, res.Values)
+	if at(v, "nodeLocal", "enabled") != true || at(v, "controller", "enabled") != false {
+		t.Errorf("not the node-local mode: nodeLocal %v, controller %v", at(v, "nodeLocal"), at(v, "controller"))
 	}
 }
 

@@ -150,6 +150,14 @@ func (r *Result) workloads(file string, values, proxyCfg *mapping) (controller, 
 						r.notef("%s: %s.driver.%s: not carried (this chart sets its own proxy container)", file, side, dk)
 					}
 				}
+			case k == "strategy" && side == "controller":
+				// democratic-csi's chart runs the controller in the node
+				// DaemonSet with strategy node: the node-local mode here.
+				if st := scalar(sm.get(k)); st == "node" {
+					r.strategyNode = true
+				} else if st != "deployment" && st != "" {
+					r.notef("%s: controller.strategy %s: not carried (democratic-csi's chart knows deployment and node)", file, st)
+				}
 			case slices.Contains(carriedSide, k):
 			default:
 				r.notef("%s: %s.%s: not carried (the chart's %s keys are in its values.yaml; set it there if you need it)", file, side, k, side)

@@ -134,7 +134,7 @@ func Convert(in Input) *Result {
 		if typ := topologyType(out); typ != "node" {
 			r.notef("%s: proxy.nodeTopology.type %s: democratic-csi's local drivers need type node (its docs): under %s its nodes never carried %s/node, the key of those volumes' node affinity; in the node-local mode proxy-topology's nodes report it", in.ValuesName, typ, typ, prefixOf(out))
 		}
-		r.notef("%s node-local (their volumes live on the node that made them): the values use the chart's node-local mode (nodeLocal.enabled: true, controller.enabled: false), in which every node plugin serves the controller service with its own csi-provisioner and csi-snapshotter (SPEC §12); snapshots then need a snapshot-controller run with --enable-distributed-snapshotting, and there is no csi-resizer in that mode", names(r.NodeLocal, "is", "are"))
+		r.notef("%s node-local (volumes live on the node that made them): the values use the chart's node-local mode (nodeLocal.enabled: true, controller.enabled: false), in which every node plugin serves the controller service with its own csi-provisioner and csi-snapshotter (SPEC §12); snapshots then need a snapshot-controller run with --enable-distributed-snapshotting, and there is no csi-resizer in that mode", names(r.NodeLocal, "is", "are"))
 		if len(others) > 0 {
 			r.notef("%s not node-local but share the node-local release (one CSI driver name is one release): their claims cannot be expanded in that mode", names(others, "is", "are"))
 		}

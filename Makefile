@@ -71,9 +71,13 @@ DEMOCRATIC_CSI := $(or $(DEMOCRATIC_CSI),$(DEMOCRATIC_CSI_DIR))
 ## interop: csi-sanity against democratic-csi's local-hostpath driver (node.js,
 ## run from its source tree DEMOCRATIC_CSI=/path), directly and through the
 ## proxy; fails if the proxy adds a failure (docs/conformance.md). Root, node,
-## npm and rsync; installs its npm production dependencies when missing
+## npm and rsync; installs its npm production dependencies when missing.
+## Then the switch from democratic-csi's proxy driver (TestMigrate* of
+## e2e-kube; DEMOCRATIC_CSI_PROXY=<its source tree at bb0e3c3>, or
+## DEMOCRATIC_CSI when that tree has the proxy; docs/migration.md)
 interop:
 	scripts/democratic-csi-sanity.sh "$(DEMOCRATIC_CSI)" $(RUN_DIR)/democratic-csi.md
+	$(MAKE) e2e-kube TESTFLAGS="$(TESTFLAGS) -run TestMigrate" DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" DEMOCRATIC_CSI_PROXY="$(DEMOCRATIC_CSI_PROXY)"
 
 ## e2e: multi-process tests over real sockets and mounts
 e2e:

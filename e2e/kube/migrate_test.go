@@ -104,11 +104,12 @@ local-hostpath:
 // directories are gone. Expansion: the driver advertises none (checked),
 // and the node-local mode runs no resizer.
 func TestMigrateFromDemocraticProxy(t *testing.T) {
-	c := withControlPlane(t)
+	need(t)
 	proxyTree, why := democraticProxyTree(t)
 	if proxyTree == "" {
 		t.Skip(why)
 	}
+	c := withControlPlane(t)
 	upstreamTree := proxyTree
 	if d := os.Getenv(democraticEnv); d != "" {
 		upstreamTree = d

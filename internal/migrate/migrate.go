@@ -101,6 +101,16 @@ func Convert(in Input) *Result {
 			csiDriver.set(k, n)
 		}
 	}
+	var unset []string
+	for k, def := range map[string]string{"attachRequired": "false", "podInfoOnMount": "false", "storageCapacity": "true", "fsGroupPolicy": "ReadWriteOnceWithFSType"} {
+		if values.get("csiDriver", k) == nil {
+			unset = append(unset, k+" "+def)
+		}
+	}
+	if len(unset) > 0 {
+		slices.Sort(unset)
+		r.notef("%s: csiDriver: %s are the chart's defaults, not in the values: compare them with the CSIDriver object (kubectl get csidriver %s -o yaml) and set them in the values where it differs; its immutable fields make the install fail otherwise", in.ValuesName, strings.Join(unset, ", "), r.CSIName)
+	}
 	out.set("csiDriver", csiDriver.node)
 	out.set("config", r.convertProxyConfig(in.ValuesName, proxyCfg))
 
@@ -113,6 +123,12 @@ func Convert(in Input) *Result {
 	used := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(in.Connections)) {
 		r.convertConnection(in, name, upstreams, connections, used)
+	}
+	nodeLocalMode := len(r.NodeLocal) > 0 || r.strategyNode
+	if nodeLocalMode {
+		if dropped := controller.keys(); len(dropped) > 0 {
+			r.notef("%s: controller.%s: not carried: the node-local mode has no controller Deployment (its provisioner is nodeLocal.externalProvisioner)", in.ValuesName, strings.Join(dropped, ", controller."))
+		}
 	}
 	if len(r.NodeLocal) == 0 && r.strategyNode {
 		out.set("nodeLocal", map[string]any{"enabled": true})

@@ -100,7 +100,9 @@ func TestExample(t *testing.T) {
 		t.Errorf("connections (-want +got):\n%s", d)
 	}
 	notes := strings.Join(res.Notes, "\n")
-	for _, s := range []string{"customRules: not carried", "connections iscsi, nfs-zone1 are not node-local", "type cluster: democratic-csi's local drivers need type node"} {
+	for _, s := range []string{"customRules: not carried", "connections iscsi, nfs-zone1 are not node-local", "type cluster: democratic-csi's local drivers need type node",
+		"controller.externalProvisioner: not carried: the node-local mode has no controller Deployment",
+		"csiDriver: attachRequired false, fsGroupPolicy ReadWriteOnceWithFSType, podInfoOnMount false, storageCapacity true are the chart's defaults"} {
 		if !strings.Contains(notes, s) {
 			t.Errorf("no note %q in:\n%s", s, notes)
 		}

@@ -293,6 +293,18 @@ func TestMigrateFromDemocraticProxy(t *testing.T) {
 		t.Errorf("new claim's handle %s", fresh.Spec.CSI.VolumeHandle)
 	}
 	publishAndWrite(t, proxy, fresh, data, filepath.Join(base, "new"))
+	// The new release's node-local volumes are pinned to their node with
+	// the key the old proxy used, as the old ones are.
+	want, _ := affinityTerms(oldPVs[0])
+	for _, pv := range []*corev1.PersistentVolume{restored, fresh} {
+		got, err := affinityTerms(pv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("PV %s (%s) of the new release: node affinity differs from the old release's volumes' (-old +new):\n%s", pv.Name, pv.Spec.CSI.VolumeHandle, d)
+		}
+	}
 
 	// Everything goes through the new release: the old snapshot first
 	// (while its source claim exists), then claims and volumes.

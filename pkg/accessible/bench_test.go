@@ -91,3 +91,40 @@ func BenchmarkCompiledDecideOneTerm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCreateTopology is the topology work of one CreateVolume with
+// 10,000 requisite terms (an Immediate class on a node-keyed map sends one
+// per node) and the same preferred, on a connection with upstreamTopology
+// (the decision, the requirement translated back, the upstream's one-term
+// answer translated and checked) and on one without (the decision alone).
+// ptbench checks mapped/unmapped within one run (docs/performance.md):
+// the map may cost a constant factor, never a factor of the terms.
+func BenchmarkCreateTopology(b *testing.B) {
+	terms := distinctTerms(10000)
+	preferred := rotate(terms, 37)
+	host := Placement{Host: Host{Name: "node-1"}}
+	for _, bc := range []struct {
+		name   string
+		spec   Spec
+		answer []*csi.Topology
+	}{
+		{"unmapped", Spec{}, nil},
+		{"mapped", Spec{Upstream: map[string]string{"up.example.com/zone": "zone", "up.example.com/rack": "rack"}}, topos(topo("up.example.com/zone", "z1"))},
+	} {
+		c := CompileSpec(bc.spec, zoneOpts)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := host.Decide("c1", c, terms, preferred)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = c.Upstream().Requirement(&csi.TopologyRequirement{Requisite: terms, Preferred: preferred})
+				if d, err = host.Created("c1.yaml", c, d, bc.answer, terms); err != nil || d.Everywhere() {
+					b.Fatalf("Created = %v, %v", d.Topologies(), err)
+				}
+				_ = d.Topologies()
+			}
+		})
+	}
+}

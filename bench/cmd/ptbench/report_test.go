@@ -148,6 +148,26 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestMicroTargets: the mapped/unmapped ratio of BenchmarkCreateTopology
+// is a goal; a run without it misses the goal as not measured.
+func TestMicroTargets(t *testing.T) {
+	pkg := "github.com/democratic-csi/proxy-topology/pkg/accessible"
+	micro := parseBench("pkg: " + pkg + "\n" +
+		"BenchmarkCreateTopology/unmapped-2   8   100000000 ns/op   23775896 B/op   400245 allocs/op\n" +
+		"BenchmarkCreateTopology/mapped-2     9   150000000 ns/op   38985046 B/op   640561 allocs/op\n")
+	got := microTargets(micro)
+	if len(got) != 1 || got[0].Name != "createtopology_10000_terms_mapped_over_unmapped" || got[0].Value != 1.5 || !got[0].OK {
+		t.Errorf("microTargets = %+v, want one goal of 1.5, ok", got)
+	}
+	micro[1].NsPerOp = 4.8e9 // the quadratic translation of issue 38
+	if got := microTargets(micro); got[0].OK {
+		t.Errorf("48 times the unmapped time passes: %+v", got[0])
+	}
+	if got := microTargets(nil); got[0].OK || !got[0].NotMeasured {
+		t.Errorf("without the benchmark: %+v, want not measured, missed", got[0])
+	}
+}
+
 // The node plugin's config is valid, and what proxy-topology's own rule
 // evaluation makes of it is what ptbench expects NodeGetInfo to report.
 func TestNodeConfig(t *testing.T) {

@@ -191,6 +191,7 @@ func (p *Pool) CSI(ctx context.Context, owner, ep string) (*Lease, error) {
 			grpc.WithStaticConnWindowSize(FlowWindow),
 			grpc.WithContextDialer(c.dial),
 			grpc.WithChainUnaryInterceptor(p.intercept(c)),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplySize)),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", ep, err)

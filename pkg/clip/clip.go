@@ -8,6 +8,8 @@ package clip
 
 import (
 	"strconv"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -38,6 +40,34 @@ func QuoteN(s string, max int) string {
 		return strconv.Quote(s)
 	}
 	return strconv.Quote(head+"…") + " (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Plain is s as it is when it is plain text of at most Max bytes, else
+// Quote(s): a name or key reads bare where it is harmless, and quoted
+// where it could start a forged line, reach a terminal (a newline, an ESC)
+// or be mistaken for a quoted one.
+func Plain(s string) string { return PlainN(s, Max) }
+
+// PlainN is Plain with a bound of max bytes.
+func PlainN(s string, max int) string {
+	if len(s) <= max && s != "" && isPlain(s) {
+		return s
+	}
+	return QuoteN(s, max)
+}
+
+// isPlain reports valid UTF-8 of printable characters (spaces included),
+// without a quote or a backslash.
+func isPlain(s string) bool {
+	if !utf8.ValidString(s) || strings.ContainsAny(s, "\"\\") {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Head is s cut to at most max bytes on a character boundary, with any

@@ -13,6 +13,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/clip"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
@@ -127,7 +128,7 @@ func replyTooLarge(resp proto.Message) error {
 func (d *Driver) lostReply(ctx context.Context, c *backend.Conn, method, name string, err error) error {
 	msg := status.Convert(err).Message()
 	d.log.ErrorContext(ctx, "the upstream's reply to a create could not be received; the object may exist upstream and must be removed by hand if the CO does not retry",
-		"connection", c.Name, "method", method, "name", name, "endpoint", c.Controller.Target, "error", msg)
+		"connection", c.Name, "method", method, "name", logging.Caller(name), "endpoint", c.Controller.Target, "error", msg)
 	if d.opts.OnLostReply != nil {
 		d.opts.OnLostReply(c.Name, method)
 	}

@@ -61,6 +61,16 @@ func TestLinearInTerms(t *testing.T) {
 				t.Fatalf("Created = %v, %v", d.Topologies(), err)
 			}
 		},
+		"mapped answer echoing the request": func(terms []*csi.Topology) {
+			answer := make([]*csi.Topology, len(terms))
+			for i, q := range terms {
+				answer[i] = topo("up.example.com/zone", q.Segments[pk("zone")], "up.example.com/rack", q.Segments[pk("rack")])
+			}
+			d, err := (Placement{Host: host}).Created("c.yaml", mapped, Decision{}, answer, terms)
+			if err != nil || len(d.Topologies()) != len(terms) {
+				t.Fatalf("Created = %d topologies, %v", len(d.Topologies()), err)
+			}
+		},
 		"node-local refusal": func(terms []*csi.Topology) {
 			nodes := make([]*csi.Topology, len(terms))
 			for i := range nodes {

@@ -187,12 +187,11 @@ func (c *Compiled) Answer(upstream []*csi.Topology, requisite []*csi.Topology) (
 	}
 	if len(requisite) > 0 {
 		var kept []map[string]string
+		index := newRequisiteIndex(requisite)
 		for _, t := range terms {
 			reqs := sortedSegments(t)
-			for j, q := range requisite {
-				if !matches(q, reqs) {
-					continue
-				}
+			for _, j := range index.matching(reqs) {
+				q := requisite[j]
 				narrowed, ok := narrow(t, reqs, q, c.nodeKey)
 				if !ok {
 					continue

@@ -40,18 +40,37 @@ type requisiteView struct {
 
 func newRequisiteIndex(requisite []*csi.Topology) *requisiteIndex {
 	x := &requisiteIndex{terms: requisite, byKeys: map[string]int{}, views: map[requisiteView]map[string][]int{}}
+	last := -1
 	for j, q := range requisite {
-		keys := slices.Sorted(maps.Keys(q.GetSegments()))
-		sig := keyList(keys)
-		g, ok := x.byKeys[sig]
-		if !ok {
-			g = len(x.groups)
-			x.byKeys[sig] = g
-			x.groups = append(x.groups, requisiteGroup{keys: keys})
+		// Terms mostly name the keys the one before named: no key list
+		// is built for them.
+		if last < 0 || !namesExactly(q.GetSegments(), x.groups[last].keys) {
+			keys := slices.Sorted(maps.Keys(q.GetSegments()))
+			sig := keyList(keys)
+			g, ok := x.byKeys[sig]
+			if !ok {
+				g = len(x.groups)
+				x.byKeys[sig] = g
+				x.groups = append(x.groups, requisiteGroup{keys: keys})
+			}
+			last = g
 		}
-		x.groups[g].members = append(x.groups[g].members, j)
+		x.groups[last].members = append(x.groups[last].members, j)
 	}
 	return x
+}
+
+// namesExactly reports whether segs has exactly the keys keys.
+func namesExactly(segs map[string]string, keys []string) bool {
+	if len(segs) != len(keys) {
+		return false
+	}
+	for _, k := range keys {
+		if _, ok := segs[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // matching returns, in ascending order, the indexes of the requisite
@@ -114,16 +133,23 @@ func (x *requisiteIndex) view(g int, shared []string) map[string][]int {
 	return v
 }
 
-// keyList and valueList join strings unambiguously (each preceded by its
-// length): CSI strings may hold any byte.
-func keyList(ss []string) string { return valueList(ss) }
-
-func valueList(ss []string) string {
+// keyList joins keys unambiguously, each preceded by its length: CSI
+// strings may hold any byte.
+func keyList(keys []string) string {
 	var b []byte
-	for _, s := range ss {
+	for _, s := range keys {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, ':')
 		b = append(b, s...)
 	}
 	return string(b)
+}
+
+// valueList is keyList for the values of one view's keys, whose number is
+// fixed: one value needs no joining (and no copy).
+func valueList(values []string) string {
+	if len(values) == 1 {
+		return values[0]
+	}
+	return keyList(values)
 }

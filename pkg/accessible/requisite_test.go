@@ -13,7 +13,7 @@ import (
 // over terms naming different sets of keys.
 func TestRequisiteIndexMatchesBruteForce(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 38))
-	keys := []string{"a", "b", "c", "d"}
+	keys := []string{"a", "b", "c", "1:a1:b", "1:a", ""} // keys that could collide when joined
 	randomTerm := func() *csi.Topology {
 		m := map[string]string{}
 		for _, k := range keys {

@@ -85,8 +85,15 @@ func (s *termSet) add(t map[string]string, pos int) bool {
 // and only they, give equal strings.
 func canonical(t map[string]string) string {
 	step()
-	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(t)) {
+	var buf [8]string
+	keys, n := buf[:0], 0
+	for k, v := range t {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2*(1+digits(len(k)))
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, n)
+	for _, k := range keys {
 		b = strconv.AppendInt(b, int64(len(k)), 10)
 		b = append(b, ':')
 		b = append(b, k...)
@@ -95,4 +102,13 @@ func canonical(t map[string]string) string {
 		b = append(b, t[k]...)
 	}
 	return string(b)
+}
+
+// digits is the number of decimal digits of n (n >= 0), less one.
+func digits(n int) int {
+	d := 0
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }

@@ -372,7 +372,10 @@ func Pinned(key, value string) Decision {
 // reuses list's array; removing duplicates costs O(len(list)) (termSet).
 func decision(list []map[string]string) Decision {
 	kept := list[:0]
-	var seen termSet
+	var seen *termSet
+	if len(list) > dedupePairwise {
+		seen = &termSet{}
+	}
 	for i, t := range list {
 		if len(t) == 0 {
 			// A volume reachable from any one of its topologies is
@@ -381,7 +384,10 @@ func decision(list []map[string]string) Decision {
 			// builds node affinity, silently narrowing it to the others.
 			return Decision{}
 		}
-		if seen.add(t, i) {
+		// A CreateVolume's one or two picks are compared with those kept,
+		// which allocates nothing.
+		if seen == nil && !slices.ContainsFunc(kept, func(k map[string]string) bool { step(); return maps.Equal(k, t) }) ||
+			seen != nil && seen.add(t, i) {
 			kept = append(kept, t)
 		}
 	}

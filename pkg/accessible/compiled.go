@@ -256,11 +256,15 @@ func (c *Compiled) narrowToTerms(kind string, terms, preferred []*csi.Topology) 
 		rank, term int
 		segments   map[string]string
 	}
-	// The rank of a term is its first place in preferred, found in a set
-	// so that n terms cost O(n), not O(n·len(preferred)).
-	var ranks termSet
-	for i, p := range preferred {
-		ranks.add(p.GetSegments(), i)
+	// The rank of a term is its first place in preferred: a few are
+	// compared, many found in a set, so that n terms cost O(n), not
+	// O(n·len(preferred)).
+	var ranks *termSet
+	if len(preferred) > dedupePairwise {
+		ranks = &termSet{}
+		for i, p := range preferred {
+			ranks.add(p.GetSegments(), i)
+		}
 	}
 	picks := make([]pick, 0, len(terms))
 	for j, term := range terms {
@@ -268,7 +272,13 @@ func (c *Compiled) narrowToTerms(kind string, terms, preferred []*csi.Topology) 
 		if err := badNarrowing(kind, j, segments, nil); err != nil {
 			return Decision{}, err
 		}
-		rank, ok := ranks.find(term.GetSegments())
+		rank, ok := 0, false
+		if ranks != nil {
+			rank, ok = ranks.find(term.GetSegments())
+		} else {
+			rank = slices.IndexFunc(preferred, func(p *csi.Topology) bool { step(); return maps.Equal(p.GetSegments(), term.GetSegments()) })
+			ok = rank >= 0
+		}
 		if !ok {
 			rank = len(preferred)
 		}

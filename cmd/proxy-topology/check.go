@@ -1,19 +1,22 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
@@ -29,16 +32,60 @@ type checkResult struct {
 	errors, warnings []string
 }
 
+// line is the file's report: its name (shown), then the verdict, on one
+// line whatever the name or the messages hold, so a CI job that reads
+// "<file>: ok" cannot be fed a forged one.
 func (r checkResult) line() string {
+	name := shown(r.path)
 	switch {
 	case len(r.errors) > 0 && len(r.warnings) > 0:
-		return r.path + ": error: " + strings.Join(r.errors, "; ") + "; warning: " + strings.Join(r.warnings, "; ")
+		return name + ": error: " + oneLine(strings.Join(r.errors, "; ")) + "; warning: " + oneLine(strings.Join(r.warnings, "; "))
 	case len(r.errors) > 0:
-		return r.path + ": error: " + strings.Join(r.errors, "; ")
+		return name + ": error: " + oneLine(strings.Join(r.errors, "; "))
 	case len(r.warnings) > 0:
-		return r.path + ": warning: " + strings.Join(r.warnings, "; ")
+		return name + ": warning: " + oneLine(strings.Join(r.warnings, "; "))
 	}
-	return r.path + ": ok"
+	return name + ": ok"
+}
+
+// maxShownPath bounds a file name in check's report.
+const maxShownPath = 1024
+
+// shown is a file name as check's report and messages show it: bare when
+// it is plain text, else quoted in Go %q style (a newline, an ESC, a
+// quote), and cut to maxShownPath bytes.
+func shown(path string) string { return clip.PlainN(path, maxShownPath) }
+
+// oneLine escapes, Go style, every character of s that is not printable
+// (a newline, a carriage return, an ESC, invalid UTF-8), so a message
+// that quotes something from a file (a base path, a key) stays on its
+// line and sends nothing to the terminal.
+func oneLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&sb, `\x%02x`, s[i])
+		case !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			sb.WriteString(q[1 : len(q)-1])
+		default:
+			sb.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return sb.String()
 }
 
 func newCheckCommand() *cobra.Command {
@@ -152,18 +199,21 @@ func plural(n int, one, many string) string {
 // checkMain loads the main config; cfg is nil when it does not load.
 func checkMain(path string) ([]checkResult, *config.Loaded) {
 	r := checkResult{path: path}
-	cfg, err := config.LoadMainFile(path)
-	var pe *os.PathError
-	switch {
-	case errors.As(err, &pe):
-		r.errors = []string{unwrapPath(pe)}
+	data, err := config.ReadFile(path)
+	if err != nil {
+		r.errors = []string{unwrapPath(err)}
 		return []checkResult{r}, nil
-	case err != nil:
-		r.errors = flatten(err.Error(), "config "+path+": ")
+	}
+	// Messages name the file as the report shows it, so a name with a
+	// newline cannot split them.
+	name := shown(path)
+	cfg, err := config.LoadMain(name, data, os.Environ())
+	if err != nil {
+		r.errors = flatten(err.Error(), "config "+name+": ")
 		return []checkResult{r}, nil
 	}
 	for _, w := range cfg.Warnings {
-		r.warnings = append(r.warnings, flatten(w, "config "+path+": ")...)
+		r.warnings = append(r.warnings, flatten(w, "config "+name+": ")...)
 	}
 	return []checkResult{r}, cfg
 }
@@ -196,7 +246,7 @@ func checkFolder(folder string, cfg *config.Loaded, ownEndpoint string, mainResu
 			}
 			files = append(files, file{name, p})
 		case ".yml":
-			out = append(out, checkResult{path: p, warnings: []string{fmt.Sprintf("ignored by the proxy, which reads only <connection>.yaml; rename it to %s.yaml", strings.TrimSuffix(n, ".yml"))}})
+			out = append(out, checkResult{path: p, warnings: []string{fmt.Sprintf("ignored by the proxy, which reads only <connection>.yaml; rename it to %s", shown(strings.TrimSuffix(n, ".yml")+".yaml"))}})
 		}
 	}
 	// Connection-name order, as the proxy lists them ("a-b" < "a").
@@ -273,12 +323,13 @@ func producibleKeys(ev *nodetopology.Evaluator) map[string]bool {
 // returns the connection it parses to (nil if it does not).
 func checkConnection(path string, data []byte, ev *nodetopology.Evaluator, produced map[string]bool, ownEndpoint string) (checkResult, *config.Connection) {
 	r := checkResult{path: path}
-	c, warnings, err := config.ParseConnection(path, data, ev.Accessibility())
+	name := shown(path)
+	c, warnings, err := config.ParseConnection(name, data, ev.Accessibility())
 	for _, w := range warnings {
-		r.warnings = append(r.warnings, flatten(w, "file "+path+": ")...)
+		r.warnings = append(r.warnings, flatten(w, "file "+name+": ")...)
 	}
 	if err != nil {
-		r.errors = flatten(err.Error(), "file "+path+": ")
+		r.errors = flatten(err.Error(), "file "+name+": ")
 		return r, nil
 	}
 	if c.Driver == config.DriverCSI {

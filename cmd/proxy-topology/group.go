@@ -34,9 +34,9 @@ import (
 // node, so it is neither.
 func checkGroupFile(path, name string, data []byte, folder string, opts accessible.Options) checkResult {
 	r := checkResult{path: path}
-	g, err := config.ParseGroup(path, data)
+	g, err := config.ParseGroup(shown(path), data)
 	if err != nil {
-		r.errors = flatten(err.Error(), "file "+path+": ")
+		r.errors = flatten(err.Error(), "file "+shown(path)+": ")
 		if g == nil {
 			return r
 		}
@@ -127,7 +127,7 @@ func quoteList(names []string) string {
 // by the server's own code (pcsi.Placement.ChooseMember), so a node-local
 // member admits only the dry run's node, as it does in the server.
 func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connection, req *csi.TopologyRequirement, answer []*csi.Topology, place pcsi.Placement, terms string, verdict error) error {
-	fmt.Fprintf(stdout, "group %q (%s):\n%s", g.Name, g.File, terms)
+	fmt.Fprintf(stdout, "group %q (%s):\n%s", g.Name, shown(g.File), terms)
 	names := g.Members()
 	type asked struct {
 		c   *connection.Connection
@@ -147,7 +147,7 @@ func dryRunGroup(stdout io.Writer, src connection.Source, g *connection.Connecti
 			msg := strings.TrimPrefix(a.err.Error(), fmt.Sprintf("group %q: member %q (group.members[%d]): ", g.Name, n, i))
 			fmt.Fprintf(stdout, "  member %d %q: %s\n", i, n, msg)
 		default:
-			fmt.Fprintf(stdout, "  member %d %q (%s) offers %s\n", i, n, a.c.File, place.Offers(a.c))
+			fmt.Fprintf(stdout, "  member %d %q (%s) offers %s\n", i, n, shown(a.c.File), place.Offers(a.c))
 		}
 	}
 	if err != nil {

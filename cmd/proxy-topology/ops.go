@@ -110,6 +110,14 @@ func (x *ops) longID(connection, kind string) {
 	}
 }
 
+// lostReply counts a create whose upstream reply was lost
+// (csi.Options.OnLostReply).
+func (x *ops) lostReply(connection, method string) {
+	if x.m != nil {
+		x.m.LostReply(connection, method)
+	}
+}
+
 func (x *ops) nodeTopology(res nodetopology.Result) {
 	if x.m != nil {
 		x.m.SetNodeTopology(res)

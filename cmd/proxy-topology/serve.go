@@ -347,6 +347,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Accepted:    accepted,
 		MaxIDLength: cfg.Proxy.MaxIDLength,
 		OnLongID:    x.longID,
+		OnLostReply: x.lostReply,
 		Name:        name, Version: version, NodeID: o.NodeID, Mode: o.Mode, Connections: registry,
 		DefaultConnection: cfg.Proxy.DefaultConnection, Topology: topo,
 		MaxVolumesPerNode: cfg.Proxy.MaxVolumesPerNode, Log: log,

@@ -231,7 +231,7 @@ func (d *dryRun) run(ctx context.Context, stdout io.Writer) error {
 	if c.IsGroup() {
 		return dryRunGroup(stdout, src, c, req, answer, place, terms, verdict)
 	}
-	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, c.File, terms)
+	fmt.Fprintf(stdout, "connection %q (%s):\n%s", conn, shown(c.File), terms)
 	top, err := dryRunDecide(stdout, c, req, answer, place)
 	if err != nil {
 		return dryRunFailed(stdout, err)

@@ -91,3 +91,53 @@ func BenchmarkCompiledDecideOneTerm(b *testing.B) {
 		}
 	}
 }
+
+// createTopology is the topology work of one CreateVolume with n
+// requisite terms (an Immediate class on a node-keyed map sends one per
+// node) and the same preferred, on a connection with upstreamTopology
+// when mapped (the decision, the requirement translated back, the
+// upstream's one-term answer translated and checked), else on one
+// without (the decision alone). It returns the call to repeat.
+func createTopology(tb testing.TB, mapped bool, n int) func() {
+	host := Placement{Host: Host{Name: "node-1"}}
+	spec, answer := Spec{}, []*csi.Topology(nil)
+	if mapped {
+		spec = Spec{Upstream: map[string]string{"up.example.com/zone": "zone", "up.example.com/rack": "rack"}}
+		answer = topos(topo("up.example.com/zone", "z1"))
+	}
+	c := CompileSpec(spec, zoneOpts)
+	terms := distinctTerms(n)
+	preferred := rotate(terms, 37)
+	return func() {
+		d, err := host.Decide("c1", c, terms, preferred)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_ = c.Upstream().Requirement(&csi.TopologyRequirement{Requisite: terms, Preferred: preferred})
+		if d, err = host.Created("c1.yaml", c, d, answer, terms); err != nil || d.Everywhere() {
+			tb.Fatalf("Created = %v, %v", d.Topologies(), err)
+		}
+		_ = d.Topologies()
+	}
+}
+
+// BenchmarkCreateTopology is createTopology with 1,000 and 10,000 terms,
+// mapped and unmapped, each on its own (wall time; for a reader). The
+// goals are BenchmarkCreateTopologyCPU's ratios.
+func BenchmarkCreateTopology(b *testing.B) {
+	for _, mapped := range []bool{false, true} {
+		for _, n := range []int{1000, 10000} {
+			name := fmt.Sprintf("unmapped/%d", n)
+			if mapped {
+				name = fmt.Sprintf("mapped/%d", n)
+			}
+			run := createTopology(b, mapped, n)
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					run()
+				}
+			})
+		}
+	}
+}

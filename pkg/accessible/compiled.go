@@ -256,14 +256,30 @@ func (c *Compiled) narrowToTerms(kind string, terms, preferred []*csi.Topology) 
 		rank, term int
 		segments   map[string]string
 	}
+	// The rank of a term is its first place in preferred: a few are
+	// compared, many found in a set, so that n terms cost O(n), not
+	// O(n·len(preferred)).
+	var ranks *termSet
+	if len(preferred) > dedupePairwise {
+		ranks = &termSet{}
+		for i, p := range preferred {
+			ranks.add(p.GetSegments(), i)
+		}
+	}
 	picks := make([]pick, 0, len(terms))
 	for j, term := range terms {
 		segments, _ := narrow(map[string]string{}, nil, term, c.nodeKey)
 		if err := badNarrowing(kind, j, segments, nil); err != nil {
 			return Decision{}, err
 		}
-		rank := slices.IndexFunc(preferred, func(p *csi.Topology) bool { return maps.Equal(p.GetSegments(), term.GetSegments()) })
-		if rank < 0 {
+		rank, ok := 0, false
+		if ranks != nil {
+			rank, ok = ranks.find(term.GetSegments())
+		} else {
+			rank = slices.IndexFunc(preferred, func(p *csi.Topology) bool { step(); return maps.Equal(p.GetSegments(), term.GetSegments()) })
+			ok = rank >= 0
+		}
+		if !ok {
 			rank = len(preferred)
 		}
 		picks = append(picks, pick{rank, j, segments})
@@ -363,16 +379,14 @@ func Pinned(key, value string) Decision {
 
 // decision keeps the first of each set of equal topologies in order; a
 // topology without labels makes the volume reachable everywhere. It
-// reuses list's array. Short lists (a CreateVolume's one or two picks) are
-// compared pairwise, which allocates nothing; long ones (one term per node
-// of a large cluster) through a set of canonical strings.
+// reuses list's array; removing duplicates costs O(len(list)) (termSet).
 func decision(list []map[string]string) Decision {
 	kept := list[:0]
-	var seen map[string]bool
+	var seen *termSet
 	if len(list) > dedupePairwise {
-		seen = make(map[string]bool, len(list))
+		seen = &termSet{}
 	}
-	for _, t := range list {
+	for i, t := range list {
 		if len(t) == 0 {
 			// A volume reachable from any one of its topologies is
 			// reachable everywhere if one of them has no labels. An empty
@@ -380,34 +394,14 @@ func decision(list []map[string]string) Decision {
 			// builds node affinity, silently narrowing it to the others.
 			return Decision{}
 		}
-		if seen != nil {
-			k := canonical(t)
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-		} else if slices.ContainsFunc(kept, func(k map[string]string) bool { return maps.Equal(k, t) }) {
-			continue
+		// A CreateVolume's one or two picks are compared with those kept,
+		// which allocates nothing.
+		if seen == nil && !slices.ContainsFunc(kept, func(k map[string]string) bool { step(); return maps.Equal(k, t) }) ||
+			seen != nil && seen.add(t, i) {
+			kept = append(kept, t)
 		}
-		kept = append(kept, t)
 	}
 	return Decision{topologies: kept}
-}
-
-// dedupePairwise is the longest list decision compares pairwise.
-const dedupePairwise = 8
-
-// canonical is a topology as a string with its keys sorted; equal
-// topologies give equal strings.
-func canonical(t map[string]string) string {
-	var sb strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(t)) {
-		sb.WriteString(k)
-		sb.WriteByte(0)
-		sb.WriteString(t[k])
-		sb.WriteByte(0)
-	}
-	return sb.String()
 }
 
 // Everywhere reports a volume reachable from every node.

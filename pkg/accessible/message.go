@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 )
 
 // Limits on what an error message shows. A cluster with thousands of nodes
@@ -86,14 +88,7 @@ func writeSegments(sb *strings.Builder, segments []segment) {
 // writeShort writes s, cut to maxShownBytes with "…(N bytes)" saying how
 // long it was.
 func writeShort(sb *strings.Builder, s string) {
-	if len(s) <= maxShownBytes {
-		sb.WriteString(s)
-		return
-	}
-	sb.WriteString(strings.ToValidUTF8(s[:maxShownBytes], ""))
-	sb.WriteString("…(")
-	sb.WriteString(strconv.Itoa(len(s)))
-	sb.WriteString(" bytes)")
+	sb.WriteString(clip.String(s, maxShownBytes))
 }
 
 // writeAsked writes the first half of a refusal: what was asked, as the CO

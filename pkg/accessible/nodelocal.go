@@ -124,10 +124,14 @@ func foreignNodeMessage(connection, nodeKey string, host Host, kind string, term
 	sb.WriteString(strconv.Quote(connection))
 	sb.WriteString(" is node-local (its volumes stay on the disk of the node that creates them) and this controller runs on node ")
 	sb.WriteString(strconv.Quote(host.Name))
+	// The nodes asked for matter only when there is one: two are enough
+	// to know, and looking further would cost O(n²) on n nodes.
 	var asked []string
 	for _, t := range terms {
-		if n := t.GetSegments()[nodeKey]; n != "" && !slices.Contains(asked, n) {
-			asked = append(asked, n)
+		if n := t.GetSegments()[nodeKey]; n != "" && !slices.ContainsFunc(asked, func(a string) bool { step(); return a == n }) {
+			if asked = append(asked, n); len(asked) == 2 {
+				break
+			}
 		}
 	}
 	switch {

@@ -73,17 +73,20 @@ func (u UpstreamMap) Requirement(req *csi.TopologyRequirement) *csi.TopologyRequ
 		return nil
 	}
 	out := &csi.TopologyRequirement{}
-	for _, t := range req.GetRequisite() {
+	var requisite, preferred termSet
+	for i, t := range req.GetRequisite() {
 		up := u.Term(t)
 		if up == nil {
 			out.Requisite = nil
 			break
 		}
-		out.Requisite = appendUnique(out.Requisite, up)
+		if requisite.add(up.Segments, i) {
+			out.Requisite = append(out.Requisite, up)
+		}
 	}
-	for _, t := range req.GetPreferred() {
-		if up := u.Term(t); up != nil {
-			out.Preferred = appendUnique(out.Preferred, up)
+	for i, t := range req.GetPreferred() {
+		if up := u.Term(t); up != nil && preferred.add(up.Segments, i) {
+			out.Preferred = append(out.Preferred, up)
 		}
 	}
 	if len(out.Requisite) == 0 && len(out.Preferred) == 0 {
@@ -109,13 +112,6 @@ func (u UpstreamMap) Term(t *csi.Topology) *csi.Topology {
 		return nil
 	}
 	return &csi.Topology{Segments: segs}
-}
-
-func appendUnique(list []*csi.Topology, t *csi.Topology) []*csi.Topology {
-	if slices.ContainsFunc(list, func(have *csi.Topology) bool { return maps.Equal(have.GetSegments(), t.GetSegments()) }) {
-		return list
-	}
-	return append(list, t)
 }
 
 // translate turns an upstream's accessible_topology into the proxy's
@@ -191,12 +187,11 @@ func (c *Compiled) Answer(upstream []*csi.Topology, requisite []*csi.Topology) (
 	}
 	if len(requisite) > 0 {
 		var kept []map[string]string
+		index := newRequisiteIndex(requisite)
 		for _, t := range terms {
 			reqs := sortedSegments(t)
-			for j, q := range requisite {
-				if !matches(q, reqs) {
-					continue
-				}
+			for _, j := range index.matching(reqs) {
+				q := requisite[j]
 				narrowed, ok := narrow(t, reqs, q, c.nodeKey)
 				if !ok {
 					continue

@@ -331,9 +331,9 @@ func unknownConnectionKeys(file string, doc *yaml.Node) (warnings []string, errs
 			}
 			if !contains(allowed, k) {
 				if subPath == "proxy" || strings.HasPrefix(subPath, "proxy.") {
-					errs = append(errs, fmt.Errorf("%s: %s", subPath, unknownProxyKey))
+					errs = append(errs, fmt.Errorf("%s: %s", showKey(subPath), unknownProxyKey))
 				} else {
-					warnings = append(warnings, fmt.Sprintf("file %s: unknown key %s (ignored)", file, subPath))
+					warnings = append(warnings, fmt.Sprintf("file %s: unknown key %s (ignored)", file, showKey(subPath)))
 				}
 				continue
 			}

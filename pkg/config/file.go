@@ -51,6 +51,9 @@ func decodeDocument(file string, data []byte) (*yaml.Node, *yaml.Decoder, error)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 	}
+	if err := checkDepth("file "+file, &doc); err != nil {
+		return nil, nil, err
+	}
 	return &doc, dec, nil
 }
 

@@ -58,6 +58,9 @@ var groupKeys = map[string][]string{
 // with the error, so that `check` can go on to report the problems of
 // every member at once; the proxy uses no Group that came with an error.
 func ParseGroup(file string, data []byte) (*Group, error) {
+	if _, _, err := decodeDocument(file, data); err != nil {
+		return nil, err
+	}
 	var g Group
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -104,7 +107,7 @@ func groupDecodeError(err error, data []byte) error {
 		}
 		for _, sk := range sortedKeys(sub) {
 			if !slices.Contains(groupKeys["group"], sk) {
-				errs = append(errs, fmt.Errorf("group.%s: unknown key (a group has only group.members)", sk))
+				errs = append(errs, fmt.Errorf("group.%s: unknown key (a group has only group.members)", showKey(sk)))
 			}
 		}
 	}

@@ -176,6 +176,11 @@ func LoadMainFile(path string) (*Loaded, error) {
 // for the file, "env <variable>: <key>: <reason>" for an override (the
 // file may be fine; the variable is what to fix).
 func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
+	// koanf makes a dotted key of every level, so a deep file costs the
+	// square of its depth there: the depth is checked first.
+	if err := checkMainDepth(name, data); err != nil {
+		return nil, err
+	}
 	k := koanf.New(".")
 	if err := k.Load(rawbytes.Provider(data), yaml.Parser()); err != nil {
 		if errs := mainShapeErrors(data); len(errs) > 0 {
@@ -199,10 +204,10 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 	for _, key := range k.Keys() {
 		if _, ok := known[key]; !ok && !underLeaf(key, known) {
 			if strings.HasPrefix(key, "proxy.") {
-				proxyErrs = append(proxyErrs, fmt.Errorf("%s: %s", key, unknownProxyKey))
+				proxyErrs = append(proxyErrs, fmt.Errorf("%s: %s", showKey(key), unknownProxyKey))
 				continue
 			}
-			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %s (ignored)", name, key))
+			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %s (ignored)", name, showKey(key)))
 		}
 	}
 	proxyErrs = append(proxyErrs, unknownRuleKeys(k)...)
@@ -469,7 +474,7 @@ func unknownRuleKeys(k *koanf.Koanf) []error {
 		sort.Strings(keys)
 		for _, key := range keys {
 			if _, ok := known[key]; !ok {
-				out = append(out, fmt.Errorf("proxy.nodeTopology.fromRegexp[%d].%s: %s", i, key, unknownProxyKey))
+				out = append(out, fmt.Errorf("proxy.nodeTopology.fromRegexp[%d].%s: %s", i, showKey(key), unknownProxyKey))
 			}
 		}
 	}

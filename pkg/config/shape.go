@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 )
 
 // Type errors of a config file are reported by what the file says — the
@@ -184,8 +186,8 @@ func (w *shapeWalk) fail(path string, line int, n *yaml.Node, t reflect.Type) {
 
 // displayScalar quotes a scalar for a message, cut to 40 bytes.
 func displayScalar(v string) string {
-	if len(v) > 40 {
-		v = v[:40] + "…"
+	if head, cut := clip.Head(v, 40); cut {
+		v = head + "…"
 	}
 	return fmt.Sprintf("%q", v)
 }

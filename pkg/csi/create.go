@@ -2,14 +2,19 @@ package csi
 
 import (
 	"context"
+	"fmt"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
+	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
 
 // CreateVolume resolves the connection, checks topology, forwards, and wraps
@@ -27,7 +32,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := forward(ctx, c, c.Controller, "CreateVolume", out, c.Controller.Controller.CreateVolume)
+	resp, err := forwardCreate(ctx, d, c, "CreateVolume", req.GetName(), out, c.Controller.Controller.CreateVolume)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +81,7 @@ func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.Cre
 	if vol.GetVolumeId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateVolume returned no volume id; nothing to hand back or clean up", c.Name)
 	}
+	upstreamID := vol.GetVolumeId()
 	decision, err := d.placement().Created(c.Connection, decision, vol.GetAccessibleTopology(), req.GetAccessibilityRequirements().GetRequisite())
 	if err != nil {
 		return nil, d.deleteCreated(ctx, c, vol.GetVolumeId(), out.Secrets, accessible.AnswerCode, err)
@@ -89,7 +95,45 @@ func (d *Driver) finishCreate(ctx context.Context, c *backend.Conn, req *csi.Cre
 	if src := req.GetVolumeContentSource(); src != nil {
 		vol.ContentSource = src
 	}
+	if err := replyTooLarge(resp); err != nil {
+		return nil, d.deleteCreated(ctx, c, upstreamID, out.Secrets, codes.Internal, err)
+	}
 	return resp, nil
+}
+
+// MaxReplyToCO is the largest reply the proxy hands a CO: gRPC's default
+// receive limit, which the CO's clients keep (csi-lib-utils, kubelet). A
+// created object whose reply is larger would be lost on the CO's side,
+// where nothing can delete it, so the proxy deletes it and fails the call
+// (SPEC §10).
+const MaxReplyToCO = 4 << 20
+
+// replyTooLarge refuses a create's reply the CO could not receive.
+func replyTooLarge(resp proto.Message) error {
+	if n := proto.Size(resp); n > MaxReplyToCO {
+		return fmt.Errorf("the reply would be %d bytes, more than the %d MiB a CO receives (volume_context, accessible_topology or the ID is too large)", n, MaxReplyToCO>>20)
+	}
+	return nil
+}
+
+// lostReply is a create whose reply the proxy could not receive
+// (upstream.ReplyLost): the upstream may have made the object, and the
+// proxy cannot know its ID to delete it. It is logged with the request
+// name and the connection, counted (Options.OnLostReply), and answered
+// INTERNAL: never RESOURCE_EXHAUSTED, which makes the external-provisioner
+// send the claim elsewhere, leaving more behind. Nothing is retried: the
+// same request would get the same reply. A CO retry with the same name
+// reaches the same object (CSI idempotency) and fails the same way until
+// the upstream's reply fits.
+func (d *Driver) lostReply(ctx context.Context, c *backend.Conn, method, name string, err error) error {
+	msg := status.Convert(err).Message()
+	d.log.ErrorContext(ctx, "the upstream's reply to a create could not be received; the object may exist upstream and must be removed by hand if the CO does not retry",
+		"connection", c.Name, "method", method, "name", logging.Caller(name), "endpoint", c.Controller.Target, "error", msg)
+	if d.opts.OnLostReply != nil {
+		d.opts.OnLostReply(c.Name, method)
+	}
+	return status.Errorf(codes.Internal, "connection %q (endpoint %s): %s %s: the upstream's reply could not be received (%s; the proxy receives replies of up to %d MiB): the object may exist upstream under that name, and the proxy, which does not know its ID, deleted nothing",
+		c.Name, c.Controller.Target, method, clip.Quote(name), msg, upstream.MaxReplySize>>20)
 }
 
 // deleteCreated rolls back an upstream volume the proxy cannot hand back;

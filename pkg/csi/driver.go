@@ -141,6 +141,10 @@ type Options struct {
 	// limit of 128 bytes (kind is "volume" or "snapshot"); the metrics
 	// count them with it.
 	OnLongID func(connection, kind string)
+	// OnLostReply, if set, is told about every CreateVolume or
+	// CreateSnapshot (method) whose upstream reply the proxy could not
+	// receive, so the object may be left upstream; the metrics count them.
+	OnLostReply func(connection, method string)
 	// WarnCentralNodeLocal is set for a controller-only process outside
 	// the node-local mode (the central Deployment): a capability refresh
 	// that finds node-local connections warns, naming them, whenever they

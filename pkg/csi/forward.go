@@ -17,12 +17,34 @@ import (
 // its error. It is the one place every routed call goes through.
 func forward[Req, Resp any](ctx context.Context, c *backend.Conn, up *upstream.Client, method string, req Req,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
-	ctx, cancel := upstreamContext(ctx, c)
-	defer cancel()
-	resp, err := fn(ctx, req)
+	resp, err := callUpstream(ctx, c, req, fn)
 	if err != nil {
 		var zero Resp
 		return zero, upstreamError(c, up, method, err)
+	}
+	return resp, nil
+}
+
+// callUpstream is the upstream call of forward, its error as gRPC gave it.
+func callUpstream[Req, Resp any](ctx context.Context, c *backend.Conn, req Req, fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	ctx, cancel := upstreamContext(ctx, c)
+	defer cancel()
+	return fn(ctx, req)
+}
+
+// forwardCreate is forward for a call that makes an object upstream
+// (CreateVolume, CreateSnapshot, named name): a reply the proxy could not
+// receive may name an object that now exists, so it is reported as
+// possibly left (lostReply) rather than as the upstream's error.
+func forwardCreate[Req, Resp any](ctx context.Context, d *Driver, c *backend.Conn, method, name string, req Req,
+	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	resp, err := callUpstream(ctx, c, req, fn)
+	if err != nil {
+		var zero Resp
+		if upstream.ReplyLost(err) {
+			return zero, d.lostReply(ctx, c, method, name, err)
+		}
+		return zero, upstreamError(c, c.Controller, method, err)
 	}
 	return resp, nil
 }
@@ -47,10 +69,15 @@ func upstreamContext(ctx context.Context, c *backend.Conn) (context.Context, con
 func upstreamError(c *backend.Conn, up *upstream.Client, method string, err error) error {
 	st := status.Convert(err)
 	var msg string
-	switch st.Code() {
-	case codes.Unimplemented:
+	switch {
+	case st.Code() == codes.Unimplemented:
 		return unsupported(c, method)
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+	case upstream.SizeFailure(err):
+		// gRPC's code for a message too big is RESOURCE_EXHAUSTED, which a
+		// CO reads as "no room here" (SPEC §10).
+		return status.Errorf(codes.Internal, "connection %q (endpoint %s): %s: %s (the proxy receives upstream replies of up to %d MiB)",
+			c.Name, up.Target, method, st.Message(), upstream.MaxReplySize>>20)
+	case st.Code() == codes.Unavailable, st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
 		msg = fmt.Sprintf("connection %q (endpoint %s): %s", c.Name, up.Target, st.Message())
 	default:
 		msg = fmt.Sprintf("connection %q: %s", c.Name, st.Message())

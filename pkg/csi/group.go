@@ -12,6 +12,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
 )
 
 // Connection groups (SPEC §11): a connection file of driver: group has no
@@ -47,7 +48,7 @@ func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.Crea
 		return nil, err
 	}
 	setConnection(ctx, m.Name)
-	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(), "why", why)
+	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", logging.Caller(req.GetName()), "why", why)
 	return m, nil
 }
 
@@ -89,7 +90,7 @@ func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.Cre
 		return nil, status.Errorf(st.Code(), "group %q: the source %s is on member %q, which cannot serve the request: %s", g.Name, what, m.Name, st.Message())
 	}
 	setConnection(ctx, m.Name)
-	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", req.GetName(),
+	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", logging.Caller(req.GetName()),
 		"why", fmt.Sprintf("it holds the source %s", what))
 	return m, nil
 }

@@ -198,7 +198,8 @@ func rpcEnd(ctx context.Context, log *slog.Logger, observers []Observer, method 
 		slog.Duration("duration", elapsed),
 	}
 	if conn != nil {
-		attrs = append(attrs, slog.String("connection", *conn))
+		// The name a call asked for, maybe no connection's: cut.
+		attrs = append(attrs, slog.String("connection", logging.Caller(*conn)))
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))

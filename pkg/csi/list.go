@@ -6,13 +6,13 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 )
@@ -51,13 +51,11 @@ func decodeToken(tok string) (conn, upstreamToken string, err error) {
 // truncate shortens s to at most n bytes for a message, on a character
 // boundary.
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	head, cut := clip.Head(s, n)
+	if !cut {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n-- // never split a character: "zöne" must not become "z\xc3…"
-	}
-	return s[:n] + "…"
+	return head + "…"
 }
 
 // checkMaxEntries refuses a negative max_entries (CSI: it MUST NOT be).

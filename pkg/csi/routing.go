@@ -11,6 +11,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
+	"github.com/democratic-csi/proxy-topology/pkg/logging"
 )
 
 // target is where a call about an existing volume or snapshot goes: the
@@ -41,7 +42,7 @@ func (d *Driver) routeSnapshot(ctx context.Context, field, snapshotID string) (t
 func (d *Driver) routeRemoval(ctx context.Context, kind ids.Kind, field, raw string) (*target, error) {
 	if raw != "" {
 		if _, err := ids.Parse(kind, raw); err != nil {
-			d.log.InfoContext(ctx, fmt.Sprintf("%s was not made by this driver; nothing to do", field), "id", raw)
+			d.log.InfoContext(ctx, fmt.Sprintf("%s was not made by this driver; nothing to do", field), "id", logging.Caller(raw))
 			return nil, nil
 		}
 	}

@@ -26,7 +26,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	out.SourceVolumeId = t.handle
 	out.Parameters = mergeParameters(nil, req.GetParameters())
 	out.Secrets = merge(c.Config.CSI.Secrets, req.GetSecrets())
-	resp, err := forward(ctx, c, c.Controller, "CreateSnapshot", out, c.Controller.Controller.CreateSnapshot)
+	resp, err := forwardCreate(ctx, d, c, "CreateSnapshot", req.GetName(), out, c.Controller.Controller.CreateSnapshot)
 	if err != nil {
 		return nil, err
 	}
@@ -34,16 +34,21 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if snap.GetSnapshotId() == "" {
 		return nil, status.Errorf(codes.Internal, "connection %q: upstream CreateSnapshot returned no snapshot id; nothing to hand back or clean up", c.Name)
 	}
-	id, err := d.encodeID(ctx, ids.Snapshot, c, snap.GetSnapshotId())
+	upstreamID := snap.GetSnapshotId()
+	undo := func(ctx context.Context) error {
+		_, err := forward(ctx, c, c.Controller, "DeleteSnapshot",
+			&csi.DeleteSnapshotRequest{SnapshotId: upstreamID, Secrets: out.Secrets}, c.Controller.Controller.DeleteSnapshot)
+		return err
+	}
+	id, err := d.encodeID(ctx, ids.Snapshot, c, upstreamID)
 	if err != nil {
-		return nil, d.rollback(ctx, c, codes.InvalidArgument, err, func(ctx context.Context) error {
-			_, err := forward(ctx, c, c.Controller, "DeleteSnapshot",
-				&csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId(), Secrets: out.Secrets}, c.Controller.Controller.DeleteSnapshot)
-			return err
-		})
+		return nil, d.rollback(ctx, c, codes.InvalidArgument, err, undo)
 	}
 	snap.SnapshotId = id
 	snap.SourceVolumeId = req.GetSourceVolumeId()
+	if err := replyTooLarge(resp); err != nil {
+		return nil, d.rollback(ctx, c, codes.Internal, err, undo)
+	}
 	return resp, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 )
 
 // MaxLength is the CSI limit for string fields such as volume_id (spec:
@@ -140,12 +142,5 @@ func ValidateConnectionName(name string) error {
 // printable keeps hostile names (NUL, control bytes, huge) readable in
 // messages.
 func printable(s string) string {
-	if len(s) > 80 {
-		cut := 80 // on a character boundary, so no character is split
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return strings.ToValidUTF8(s, "?")
+	return strings.ToValidUTF8(clip.String(s, 80), "?")
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
+
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 )
 
 // New returns a logger writing to w in format "text" (tint; colour only on
@@ -35,19 +37,63 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	switch strings.ToLower(format) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationSeconds})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: bounded(durationSeconds)})), nil
 	case "text", "":
 		noColor := true
 		if f, ok := w.(*os.File); ok {
 			noColor = !isatty.IsTerminal(f.Fd())
 		}
 		return slog.New(tint.NewTextHandler(w, &tint.Options{
-			Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000", ReplaceAttr: durationRounded,
+			Level: lvl, NoColor: noColor, TimeFormat: "15:04:05.000", ReplaceAttr: bounded(durationRounded),
 		})), nil
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
 }
+
+// Bounds on what one log line carries, whatever a caller, an upstream or
+// a file sent: a 4 MiB request must not make a 4 MiB line. MaxValue is
+// longer than any ID the proxy makes (3+63+1024 bytes), so a valid ID is
+// never cut; MaxDump bounds the request and response printed at debug and
+// a panic's stack.
+const (
+	MaxValue = 2 << 10
+	MaxDump  = 16 << 10
+)
+
+// dumps are the attributes bounded by MaxDump.
+var dumps = map[string]bool{"request": true, "response": true, "stack": true}
+
+// bounded wraps a ReplaceAttr so that every string and error value, and
+// the message, is cut (clip.String: its first bytes, "…(N bytes)"). The
+// handlers quote what needs quoting (a newline, a quote, a space), so a
+// value stays in its field.
+func bounded(next func([]string, slog.Attr) slog.Attr) func([]string, slog.Attr) slog.Attr {
+	return func(groups []string, a slog.Attr) slog.Attr {
+		limit := MaxValue
+		if dumps[a.Key] {
+			limit = MaxDump
+		}
+		switch a.Value.Kind() {
+		case slog.KindString:
+			if s := a.Value.String(); len(s) > limit {
+				a.Value = slog.StringValue(clip.String(s, limit))
+			}
+		case slog.KindAny:
+			if err, ok := a.Value.Any().(error); ok {
+				if s := err.Error(); len(s) > limit {
+					a.Value = slog.StringValue(clip.String(s, limit))
+				}
+			}
+		}
+		return next(groups, a)
+	}
+}
+
+// Caller is a string a caller sent (a connection name, a volume ID, a
+// request name) as a log attribute shows it: cut to clip.Max bytes with its
+// length stated, far below MaxValue, since a valid one is that short.
+func Caller(s string) string { return clip.String(s, clip.Max) }
 
 // durationSeconds prints durations as float seconds; slog's JSON handler
 // would print integer nanoseconds.

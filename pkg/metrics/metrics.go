@@ -61,6 +61,7 @@ type Metrics struct {
 	reloads         *prometheus.CounterVec
 	loadFailures    *prometheus.CounterVec
 	longIDs         *prometheus.CounterVec
+	lostReplies     *prometheus.CounterVec
 	rules           *prometheus.GaugeVec
 	segments        prometheus.Gauge
 	build           *prometheus.GaugeVec
@@ -113,6 +114,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "long_ids_total",
 			Help: "Volume and snapshot IDs returned longer than the CSI limit of 128 bytes (proxy.maxIdLength unset), by connection and kind (volume, snapshot).",
 		}, []string{"connection", "kind"}),
+		lostReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "create_replies_lost_total",
+			Help: "CreateVolume and CreateSnapshot calls whose upstream reply the proxy could not receive (over 16 MiB, or undecodable): the object may be left upstream, under the request's name (logged), by connection and method.",
+		}, []string{"connection", "method"}),
 		rules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "node_topology_rule",
 			Help: "1 for the status each node topology rule had at start-up (rule=\"base\" is the segment of nodeTopology.type).",
@@ -127,7 +132,7 @@ func New() *Metrics {
 		}, []string{"version", "csi_name", "mode"}),
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcSeconds, m.upstreams, m.upstreamSeconds,
-		m.loads, m.reloads, m.loadFailures, m.longIDs, m.build,
+		m.loads, m.reloads, m.loadFailures, m.longIDs, m.lostReplies, m.build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -175,6 +180,13 @@ func (m *Metrics) ObserveUpstream(connection, endpoint, method string, code code
 // of csi.Options.OnLongID. kind is "volume" or "snapshot".
 func (m *Metrics) LongID(connection, kind string) {
 	m.longIDs.WithLabelValues(m.connection(connection), kind).Inc()
+}
+
+// LostReply counts one create whose upstream reply was lost, so the object
+// may be left upstream; it has the signature of csi.Options.OnLostReply.
+// method is CreateVolume or CreateSnapshot.
+func (m *Metrics) LostReply(connection, method string) {
+	m.lostReplies.WithLabelValues(m.connection(connection), method).Inc()
 }
 
 // UpstreamObserver adapts ObserveUpstream to upstream.Pool.SetObserver;

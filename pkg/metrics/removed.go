@@ -87,6 +87,6 @@ func (m *Metrics) dropRemoved() {
 func (m *Metrics) byConnection() []*prometheus.MetricVec {
 	return []*prometheus.MetricVec{
 		m.rpcs.MetricVec, m.rpcSeconds.MetricVec, m.upstreams.MetricVec, m.upstreamSeconds.MetricVec,
-		m.loads.MetricVec, m.reloads.MetricVec, m.loadFailures.MetricVec, m.longIDs.MetricVec,
+		m.loads.MetricVec, m.reloads.MetricVec, m.loadFailures.MetricVec, m.longIDs.MetricVec, m.lostReplies.MetricVec,
 	}
 }

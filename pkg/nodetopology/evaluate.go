@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
+	"github.com/democratic-csi/proxy-topology/pkg/clip"
 	"github.com/democratic-csi/proxy-topology/pkg/labels"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -291,14 +291,11 @@ func (r Result) Err() error {
 // display shortens s for RuleResult.Input without splitting a UTF-8
 // sequence.
 func display(s string) string {
-	if len(s) <= maxDisplay {
+	head, cut := clip.Head(s, maxDisplay)
+	if !cut {
 		return s
 	}
-	cut := maxDisplay
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return head + "…"
 }
 
 // quote is strconv.Quote of the display form, so reasons stay one line.

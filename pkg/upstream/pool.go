@@ -158,8 +158,9 @@ var reconnectBackoff = grpc.ConnectParams{
 // with one call at a time, as sidecars and kubelet mostly call, that is a
 // round trip per call on each side of the proxy (docs/performance.md
 // gives the figure). 4 MiB is the largest message gRPC receives by
-// default, so no message waits for a window update, and no more than
-// dynamic windows (64 KiB growing to 16 MiB) can be buffered.
+// default, and what a CO sends and receives, so no such message waits for
+// a window update (a larger upstream reply, up to MaxReplySize, does), and
+// no more than dynamic windows (64 KiB growing to 16 MiB) can be buffered.
 const FlowWindow = 4 << 20
 
 // Timeouts of closing a released client: drainTimeout bounds the wait for
@@ -191,6 +192,9 @@ func (p *Pool) CSI(ctx context.Context, owner, ep string) (*Lease, error) {
 			grpc.WithStaticConnWindowSize(FlowWindow),
 			grpc.WithContextDialer(c.dial),
 			grpc.WithChainUnaryInterceptor(p.intercept(c)),
+			// Replies up to 16 MiB, not gRPC's 4 MiB: a create's reply the
+			// proxy reads names an object it can delete (replies.go).
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplySize)),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", ep, err)

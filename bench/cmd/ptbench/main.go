@@ -336,6 +336,9 @@ func run(o options) (*Results, error) {
 		res.Targets, res.Reported = targets(res)
 	}
 	goals, reports := realWorkTargets(res.RealWork)
+	if len(o.only) == 0 || o.only["micro"] {
+		goals = append(goals, microTargets(res.Micro)...)
+	}
 	res.Targets, res.Reported = append(res.Targets, goals...), append(res.Reported, reports...)
 	return res, err
 }

@@ -99,6 +99,8 @@ type Micro struct {
 	NsPerOp     float64 `json:"ns_per_op"`
 	BytesPerOp  int64   `json:"bytes_per_op"`
 	AllocsPerOp int64   `json:"allocs_per_op"`
+	// Metrics are what the benchmark reports itself, by unit.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 }
 
 // Target is one goal with its measured value; without Op it is a value
@@ -408,9 +410,11 @@ func loadAvg() string {
 }
 
 // microBenchmarks are the benchmarks the issue names: rule evaluation (50
-// rules) and requirement matching (100 terms x 20 entries).
+// rules), requirement matching (100 terms x 20 entries) and the ratios of
+// the topology work of a CreateVolume with 1,000 and 10,000 terms, with
+// and without upstreamTopology (BenchmarkCreateTopologyCPU).
 func microBenchmarks(root, benchtime string) ([]Micro, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkEvaluate|BenchmarkDecide|BenchmarkCompiledDecide)$",
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkEvaluate|BenchmarkDecide|BenchmarkCompiledDecide|BenchmarkCreateTopologyCPU)$",
 		"-benchmem", "-benchtime", benchtime, "./pkg/nodetopology", "./pkg/accessible")
 	cmd.Dir = root
 	var out bytes.Buffer
@@ -419,8 +423,10 @@ func microBenchmarks(root, benchtime string) ([]Micro, error) {
 	return parseBench(out.String()), err
 }
 
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op\s+(\d+) B/op\s+(\d+) allocs/op`)
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
+// parseBench reads go test -bench output: ns/op, B/op and allocs/op, and
+// the metrics a benchmark reports itself (b.ReportMetric) by unit.
 func parseBench(out string) []Micro {
 	var res []Micro
 	pkg := ""
@@ -433,10 +439,56 @@ func parseBench(out string) []Micro {
 		if m == nil {
 			continue
 		}
-		ns, _ := strconv.ParseFloat(m[2], 64)
-		b, _ := strconv.ParseInt(m[3], 10, 64)
-		a, _ := strconv.ParseInt(m[4], 10, 64)
-		res = append(res, Micro{Package: pkg, Name: m[1], NsPerOp: ns, BytesPerOp: b, AllocsPerOp: a})
+		mb := Micro{Package: pkg, Name: m[1]}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch unit := f[i+1]; unit {
+			case "ns/op":
+				mb.NsPerOp = v
+			case "B/op":
+				mb.BytesPerOp = int64(v)
+			case "allocs/op":
+				mb.AllocsPerOp = int64(v)
+			default:
+				if mb.Metrics == nil {
+					mb.Metrics = map[string]float64{}
+				}
+				mb.Metrics[unit] = v
+			}
+		}
+		if mb.NsPerOp == 0 {
+			continue
+		}
+		res = append(res, mb)
 	}
 	return res
+}
+
+// microTargets are the goals on the micro-benchmarks, ratios
+// BenchmarkCreateTopologyCPU measures within one run, interleaved and in
+// CPU time: a connection with upstreamTopology at most twice as dear as
+// one without at 10,000 terms (issue 38: it was quadratic in the terms
+// there), and on each, 10,000 terms at most 20 times as dear as 1,000
+// (linear is 10; quadratic, as the old preferred lookup was on both,
+// 100). A run without the micro part misses them as not measured.
+func microTargets(micro []Micro) []Target {
+	metric := func(unit string) float64 {
+		for _, m := range micro {
+			if m.Package == "github.com/democratic-csi/proxy-topology/pkg/accessible" && m.Name == "BenchmarkCreateTopologyCPU" {
+				if v, ok := m.Metrics[unit]; ok && v > 0 {
+					return v
+				}
+			}
+		}
+		return math.NaN()
+	}
+	return []Target{
+		target("createtopology_10000_terms_mapped_over_unmapped", metric("mapped/unmapped"), "", "<=", 2),
+		target("createtopology_unmapped_10000_over_1000_terms", metric("unmapped-10x/1x"), "", "<=", 20),
+		target("createtopology_mapped_10000_over_1000_terms", metric("mapped-10x/1x"), "", "<=", 20),
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,7 +32,7 @@ BenchmarkDecide-2   	   20878	     80158.5 ns/op	   12616 B/op	      51 allocs/o
 		t.Fatalf("got %+v", got)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("got %+v, want %+v", got[i], want[i])
 		}
 	}
@@ -144,6 +145,39 @@ func TestTargets(t *testing.T) {
 			g.Name == "rss_per_cached_connection" || g.Name == "probe_p99"
 		if skipped && (g.OK || !g.NotMeasured) {
 			t.Errorf("%s after a run without it: %+v, want not measured, missed", g.Name, g)
+		}
+	}
+}
+
+// TestMicroTargets: the ratios BenchmarkCreateTopologyCPU reports are
+// goals; a run without it misses them as not measured.
+func TestMicroTargets(t *testing.T) {
+	micro := parseBench("pkg: github.com/democratic-csi/proxy-topology/pkg/accessible\n" +
+		"BenchmarkCreateTopologyCPU-2   	       5	1234368786 ns/op	        10.5 mapped-10x/1x	         1.5 mapped/unmapped	        12 unmapped-10x/1x	65522440 B/op	  592261 allocs/op\n")
+	want := map[string]float64{
+		"createtopology_10000_terms_mapped_over_unmapped": 1.5,
+		"createtopology_unmapped_10000_over_1000_terms":   12,
+		"createtopology_mapped_10000_over_1000_terms":     10.5,
+	}
+	got := microTargets(micro)
+	if len(micro) != 1 || micro[0].AllocsPerOp != 592261 || len(got) != len(want) {
+		t.Fatalf("parsed %+v; microTargets = %+v, want %d goals", micro, got, len(want))
+	}
+	for _, g := range got {
+		if w, ok := want[g.Name]; !ok || math.Abs(g.Value-w) > 1e-9 || !g.OK {
+			t.Errorf("%s = %+v, want %v, ok", g.Name, g, w)
+		}
+	}
+	// The old code (issue 38), measured so: 31 s mapped, 5.4 s unmapped.
+	micro[0].Metrics = map[string]float64{"mapped/unmapped": 5.76, "unmapped-10x/1x": 98, "mapped-10x/1x": 99}
+	for _, g := range microTargets(micro) {
+		if g.OK {
+			t.Errorf("the quadratic code passes %s: %+v", g.Name, g)
+		}
+	}
+	for _, g := range microTargets(nil) {
+		if g.OK || !g.NotMeasured {
+			t.Errorf("without the benchmark: %+v, want not measured, missed", g)
 		}
 	}
 }

@@ -72,14 +72,14 @@ func newEnv(t *testing.T, cacheTimeout time.Duration) *env {
 // it (and its clients). Its Config stays readable.
 func (e *env) get(name string) *Conn {
 	e.t.Helper()
-	c, err := e.reg.Get(context.Background(), name)
+	c, release, err := e.reg.Get(context.Background(), name)
 	if err != nil {
 		e.t.Fatalf("Get(%q): %v", name, err)
 	}
 	if c == nil {
 		e.t.Fatalf("Get(%q) returned nil and no error", name)
 	}
-	c.Release()
+	release()
 	return c
 }
 

@@ -38,7 +38,7 @@ func TestEditedLocalHostpathGetsNewDriver(t *testing.T) {
 			e := newEnv(t, cache)
 			base := filepath.Join(t.TempDir(), "data")
 			e.Write("local", localConn(base, true))
-			old, err := e.reg.Get(context.Background(), "local")
+			old, releaseOld, err := e.reg.Get(context.Background(), "local")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func TestEditedLocalHostpathGetsNewDriver(t *testing.T) {
 			if n := e.pool.Len(); n != 2 {
 				t.Errorf("%d pool entries while a call holds the old version, want 2", n)
 			}
-			old.Release()
+			releaseOld()
 			if n := e.pool.Len(); n != 1 {
 				t.Errorf("%d pool entries once the old version's call ended, want 1", n)
 			}

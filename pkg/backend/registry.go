@@ -15,8 +15,8 @@ import (
 
 // Conn is a connection with the upstream clients that serve it: what a
 // CSI call is routed to. It embeds the catalogue's Connection (Name,
-// Config, Group, IsGroup, Topology…); Release gives back the reference the
-// Registry handed out.
+// Config, Group, IsGroup, Topology…). A request has one only between
+// Registry.Get (or Member) and the release function Get returned with it.
 type Conn struct {
 	*connection.Connection
 	// Controller serves controller calls, Node serves node calls; they are
@@ -88,15 +88,26 @@ func (r *Registry) List() ([]string, error) { return r.cat.List() }
 // Location names where connections come from, for messages.
 func (r *Registry) Location() string { return r.cat.Location() }
 
-// Get returns the connection called name with its clients, and a
-// reference the caller gives back with Release once its call is done. On
+// Get returns the connection called name with its clients, and the
+// function that releases them, which the caller calls (defer release())
+// once its use is done: get, use, release. On
 // a cache hit it costs the catalogue's Get (one stat) and an atomic load;
 // the clients of a new version of the file are built once, by the first
 // call that needs them, and live as long as that version does. ctx bounds
 // the wait for them (see Options.BuildTimeout). Errors wrap the
 // catalogue's sentinels (pkg/connection), which pkg/csi maps to gRPC
 // codes.
-func (r *Registry) Get(ctx context.Context, name string) (*Conn, error) {
+func (r *Registry) Get(ctx context.Context, name string) (*Conn, func(), error) {
+	b, err := r.get(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, b.Connection.Release, nil
+}
+
+// get is Get with the reference held by the Conn: its caller releases it
+// with b.Connection.Release.
+func (r *Registry) get(ctx context.Context, name string) (*Conn, error) {
 	c, err := r.cat.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -115,10 +126,14 @@ func (r *Registry) Get(ctx context.Context, name string) (*Conn, error) {
 	return b, nil
 }
 
-// Member returns member i of group g with its clients, with a reference
-// the caller must Release; its errors are connection.Member's.
-func (r *Registry) Member(ctx context.Context, g *Conn, i int) (*Conn, error) {
-	return connection.Member(g.Connection, i, func(name string) (*Conn, error) { return r.Get(ctx, name) })
+// Member returns member i of group g with its clients and their release
+// function, as Get does; its errors are connection.Member's.
+func (r *Registry) Member(ctx context.Context, g *Conn, i int) (*Conn, func(), error) {
+	b, err := connection.Member(g.Connection, i, func(name string) (*Conn, error) { return r.get(ctx, name) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, b.Connection.Release, nil
 }
 
 // bind returns the Conn attached to c, building its clients on the first

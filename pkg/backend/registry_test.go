@@ -114,7 +114,7 @@ func TestGetUpstreamFailure(t *testing.T) {
 	e := newEnv(t, -1)
 	e.Write("nfs", connA)
 	e.pool.Close()
-	_, err := e.reg.Get(context.Background(), "nfs")
+	_, _, err := e.reg.Get(context.Background(), "nfs")
 	if !errors.Is(err, connection.ErrBroken) || !strings.Contains(err.Error(), "upstream pool is shut down") {
 		t.Errorf("Get = %v, want ErrBroken naming the pool", err)
 	}

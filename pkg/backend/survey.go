@@ -33,32 +33,32 @@ func (r *Registry) Survey() *Survey {
 	return &Survey{r: r, leases: map[*upstream.Client]*upstream.Lease{}}
 }
 
-// Look returns the connection called name with its clients, with a
-// reference the caller gives back with Release; the clients stay usable
+// Look returns the connection called name with its clients and the
+// function that releases it, as Registry.Get does; the clients stay usable
 // until the Survey is closed. It fails as Get does (ErrInvalidName,
 // ErrNotFound, ErrBroken, ErrUnavailable), but counts no load, runs no
 // loop check (a surveyor that wants one runs it) and logs nothing.
-func (v *Survey) Look(ctx context.Context, name string) (*Conn, error) {
+func (v *Survey) Look(ctx context.Context, name string) (*Conn, func(), error) {
 	c, err := v.r.cat.Look(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a, ok := c.Attachment().(*Conn); ok {
-		return a, nil
+		return a, c.Release, nil
 	}
 	v.mu.Lock()
 	closed := v.closed
 	v.mu.Unlock()
 	if closed {
 		c.Release()
-		return nil, fmt.Errorf("%w: connection %q: the survey is closed", connection.ErrUnavailable, name)
+		return nil, nil, fmt.Errorf("%w: connection %q: the survey is closed", connection.ErrUnavailable, name)
 	}
 	b, err := v.r.build(ctx, c, v)
 	if err != nil {
 		c.Release()
-		return nil, err
+		return nil, nil, err
 	}
-	return b, nil
+	return b, c.Release, nil
 }
 
 // hold keeps l for the survey, or gives it back at once when the survey

@@ -14,11 +14,11 @@ import (
 // (the caller's reference); the connection stays readable.
 func look(t *testing.T, v *Survey, name string) *Conn {
 	t.Helper()
-	c, err := v.Look(context.Background(), name)
+	c, release, err := v.Look(context.Background(), name)
 	if err != nil {
 		t.Fatalf("Look(%q): %v", name, err)
 	}
-	c.Release()
+	release()
 	return c
 }
 
@@ -57,7 +57,7 @@ func TestSurveyCachesNothing(t *testing.T) {
 	if got := e.pool.Len(); got != 0 {
 		t.Errorf("pool has %d clients after the survey, want 0", got)
 	}
-	if _, err := v.Look(context.Background(), "c000"); !errors.Is(err, connection.ErrUnavailable) {
+	if _, _, err := v.Look(context.Background(), "c000"); !errors.Is(err, connection.ErrUnavailable) {
 		t.Errorf("Look after Close: %v, want connection.ErrUnavailable", err)
 	}
 }
@@ -124,7 +124,7 @@ func TestSurveyErrors(t *testing.T) {
 		{"absent", connection.ErrNotFound},
 		{"Bad/Name", connection.ErrInvalidName},
 	} {
-		_, err := v.Look(context.Background(), tc.name)
+		_, _, err := v.Look(context.Background(), tc.name)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("Look(%q) = %v, want %v", tc.name, err, tc.want)
 		}

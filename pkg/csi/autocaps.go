@@ -310,12 +310,12 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, d.opts.CapabilityTimeout)
 			defer cancel()
-			c, err := survey.Look(cctx, name)
+			c, release, err := survey.Look(cctx, name)
 			if err != nil {
 				unconfirmed(name, err, errors.Is(err, connection.ErrUnavailable))
 				return
 			}
-			defer c.Release()
+			defer release()
 			if c.IsGroup() {
 				return // no upstream of its own; its members are asked
 			}

@@ -36,11 +36,11 @@ func TestRefreshCachesNoConnection(t *testing.T) {
 		p.add(t, fmt.Sprintf("c%03d", i), conn{Endpoint: up.Endpoint})
 	}
 	// One connection is used by a call: it alone is cached.
-	used, err := p.Registry.Get(callCtx(t), "c000")
+	_, release, err := p.Registry.Get(callCtx(t), "c000")
 	if err != nil {
 		t.Fatal(err)
 	}
-	used.Release()
+	release()
 	asked := func(f *fakeUpstream) int { return len(f.requests("ControllerGetCapabilities")) }
 	baseA, baseB := asked(a), asked(b)
 	for round := 1; round <= 2; round++ {

@@ -20,10 +20,11 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if d.connectionName(req.GetParameters()) == "" {
 		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
 	}
-	c, err := d.connectionFromParameters(ctx, req.GetParameters())
+	c, release, err := d.connectionFromParameters(ctx, req.GetParameters())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if c.IsGroup() {
 		return d.groupCapacity(ctx, c, req)
 	}

@@ -28,7 +28,12 @@ import (
 // (a group's choice of member depends on the terms only), so the upstream
 // judges them as it would without the proxy (docs/conformance.md).
 func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	c, decision, out, err := d.prepareCreate(ctx, req)
+	c, release, err := d.createConnection(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	decision, out, err := d.prepareCreate(ctx, c, req)
 	if err != nil {
 		return nil, err
 	}
@@ -39,21 +44,25 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	return d.finishCreate(ctx, c, req, decision, out, resp)
 }
 
-// prepareCreate routes the request, decides its topology and builds the
+// createConnection routes a CreateVolume: the connection its parameters
+// name, or for a group the member chosen to serve it (the group itself is
+// released once the member is chosen), with the release function of what
+// it returns.
+func (d *Driver) createConnection(ctx context.Context, req *csi.CreateVolumeRequest) (*backend.Conn, func(), error) {
+	c, release, err := d.connectionFromParameters(ctx, req.GetParameters())
+	if err != nil || !c.IsGroup() {
+		return c, release, err
+	}
+	defer release()
+	return d.groupMember(ctx, c, req)
+}
+
+// prepareCreate decides the request's topology on c and builds the
 // upstream's request.
-func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest) (*backend.Conn, accessible.Decision, *csi.CreateVolumeRequest, error) {
-	c, err := d.connectionFromParameters(ctx, req.GetParameters())
-	if err != nil {
-		return nil, accessible.Decision{}, nil, err
-	}
-	if c.IsGroup() {
-		if c, err = d.groupMember(ctx, c, req); err != nil {
-			return nil, accessible.Decision{}, nil, err
-		}
-	}
+func (d *Driver) prepareCreate(ctx context.Context, c *backend.Conn, req *csi.CreateVolumeRequest) (accessible.Decision, *csi.CreateVolumeRequest, error) {
 	decision, err := d.decide(c.Connection, req.GetAccessibilityRequirements())
 	if err != nil {
-		return nil, accessible.Decision{}, nil, err
+		return accessible.Decision{}, nil, err
 	}
 	out := outbound(req)
 	out.Parameters = mergeParameters(c.Config.CSI.Parameters, req.GetParameters())
@@ -64,13 +73,13 @@ func (d *Driver) prepareCreate(ctx context.Context, req *csi.CreateVolumeRequest
 	out.AccessibilityRequirements = c.Topology(d.opts.Topology).Upstream().Requirement(req.GetAccessibilityRequirements())
 	if src := req.GetVolumeContentSource(); src != nil {
 		if out.VolumeContentSource, err = unwrapSource(c, src); err != nil {
-			return nil, accessible.Decision{}, nil, err
+			return accessible.Decision{}, nil, err
 		}
 	}
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, "CreateVolume"); err != nil {
-		return nil, accessible.Decision{}, nil, err
+		return accessible.Decision{}, nil, err
 	}
-	return c, decision, out, nil
+	return decision, out, nil
 }
 
 // finishCreate checks the upstream's volume and makes it the proxy's: its

@@ -156,14 +156,16 @@ type Options struct {
 
 // Connections is what the CSI layer asks for connections: the connection
 // a call routes to with its upstream clients, and the names that exist.
-// pkg/backend's Registry implements it. Every *backend.Conn returned comes
-// with a reference the caller gives back with Release.
+// pkg/backend's Registry implements it. Every *backend.Conn comes with the
+// function that releases it: a handler gets, uses, and releases
+// (defer release()) where the reader sees it.
 type Connections interface {
-	// Get returns the connection called name; its errors wrap
-	// pkg/connection's sentinels (ConnectionError maps them).
-	Get(ctx context.Context, name string) (*backend.Conn, error)
+	// Get returns the connection called name and its release function;
+	// its errors wrap pkg/connection's sentinels (ConnectionError maps
+	// them).
+	Get(ctx context.Context, name string) (*backend.Conn, func(), error)
 	// Member returns member i of group g, as Get does.
-	Member(ctx context.Context, g *backend.Conn, i int) (*backend.Conn, error)
+	Member(ctx context.Context, g *backend.Conn, i int) (*backend.Conn, func(), error)
 	// List names the connections that exist, sorted; Location names
 	// where they come from, for messages.
 	List() ([]string, error)

@@ -28,28 +28,38 @@ import (
 // likewise come from the members' upstreams, never from a group.
 
 // groupMember resolves a CreateVolume on group g to the member that will
-// serve it, with a reference held for the call.
-func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest) (*backend.Conn, error) {
+// serve it, with that member's release function. The members the choice
+// looked at and did not choose are released before it returns.
+func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest) (*backend.Conn, func(), error) {
 	if src := req.GetVolumeContentSource(); src != nil {
 		return d.sourceMember(ctx, g, req, src)
 	}
 	requirement := req.GetAccessibilityRequirements()
 	// Placement decides on the members' topologies; the one chosen is
-	// served with the clients found for it, and each member found is held
-	// for the call.
+	// served with the clients found for it.
+	var looked []*backend.Conn
+	var releases []func()
 	m, why, err := ChooseMember(d.placement(), g.Connection, requirement.GetRequisite(), requirement.GetPreferred(), func(i int) (*backend.Conn, error) {
-		m, err := d.opts.Connections.Member(ctx, g, i)
+		m, release, err := d.opts.Connections.Member(ctx, g, i)
 		if err == nil {
-			hold(ctx, m)
+			looked, releases = append(looked, m), append(releases, release)
 		}
 		return m, err
 	})
+	var chosen func()
+	for i, l := range looked {
+		if err == nil && l == m && chosen == nil {
+			chosen = releases[i]
+			continue
+		}
+		releases[i]()
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	setConnection(ctx, m.Name)
 	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", logging.Caller(req.GetName()), "why", why)
-	return m, nil
+	return m, chosen, nil
 }
 
 // sourceMember is the member that holds a clone's or restore's source: a
@@ -58,7 +68,7 @@ func (d *Driver) groupMember(ctx context.Context, g *backend.Conn, req *csi.Crea
 // connection is; a member that cannot serve the requested topology is
 // RESOURCE_EXHAUSTED (the member's own refusal, which says what it
 // offers), never another member.
-func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest, src *csi.VolumeContentSource) (*backend.Conn, error) {
+func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.CreateVolumeRequest, src *csi.VolumeContentSource) (*backend.Conn, func(), error) {
 	var id ids.ID
 	var err error
 	what := "volume_content_source"
@@ -70,29 +80,29 @@ func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.Cre
 		what = "volume"
 		id, err = parseID(ids.Volume, "volume_content_source.volume.volume_id", src.GetVolume().GetVolumeId())
 	default:
-		return nil, status.Error(codes.InvalidArgument, "volume_content_source has neither snapshot nor volume")
+		return nil, nil, status.Error(codes.InvalidArgument, "volume_content_source has neither snapshot nor volume")
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	i := slices.Index(g.Members(), id.Connection)
 	if i < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "cannot make a volume of group %q from a %s of connection %q: it is not one of the group's members %q, and a volume can be made from a source only within its connection",
+		return nil, nil, status.Errorf(codes.InvalidArgument, "cannot make a volume of group %q from a %s of connection %q: it is not one of the group's members %q, and a volume can be made from a source only within its connection",
 			g.Name, what, id.Connection, g.Members())
 	}
-	m, err := d.opts.Connections.Member(ctx, g, i)
+	m, release, err := d.opts.Connections.Member(ctx, g, i)
 	if err != nil {
-		return nil, ConnectionError(err)
+		return nil, nil, ConnectionError(err)
 	}
-	hold(ctx, m)
 	if _, err := d.decide(m.Connection, req.GetAccessibilityRequirements()); err != nil {
+		release()
 		st := status.Convert(err)
-		return nil, status.Errorf(st.Code(), "group %q: the source %s is on member %q, which cannot serve the request: %s", g.Name, what, m.Name, st.Message())
+		return nil, nil, status.Errorf(st.Code(), "group %q: the source %s is on member %q, which cannot serve the request: %s", g.Name, what, m.Name, st.Message())
 	}
 	setConnection(ctx, m.Name)
 	d.log.InfoContext(ctx, "group: member chosen", "group", g.Name, "member", m.Name, "name", logging.Caller(req.GetName()),
 		"why", fmt.Sprintf("it holds the source %s", what))
-	return m, nil
+	return m, release, nil
 }
 
 // groupCapacity is GetCapacity on group g: the sum of what the members
@@ -102,12 +112,12 @@ func (d *Driver) sourceMember(ctx context.Context, g *backend.Conn, req *csi.Cre
 func (d *Driver) groupCapacity(ctx context.Context, g *backend.Conn, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	var total int64
 	for i := range g.Members() {
-		m, err := d.opts.Connections.Member(ctx, g, i)
+		m, release, err := d.opts.Connections.Member(ctx, g, i)
 		if err != nil {
 			return nil, ConnectionError(err)
 		}
-		hold(ctx, m)
 		resp, err := d.connectionCapacity(ctx, m, req)
+		release()
 		if err != nil {
 			return nil, err
 		}

@@ -11,10 +11,11 @@ import (
 
 // ControllerGetVolumeHealth routes by volume ID.
 func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, "ControllerGetVolumeHealth"); err != nil {
 		return nil, err
@@ -34,10 +35,11 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 
 // NodeGetVolumeHealth routes by volume ID to the node upstream.
 func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, "NodeGetVolumeHealth"); err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/democratic-csi/proxy-topology/pkg/backend"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
 	"github.com/democratic-csi/proxy-topology/pkg/upstream"
 )
@@ -29,39 +27,6 @@ type call struct {
 	// or an error message needs it.
 	id         uint64
 	connection atomic.Pointer[string]
-
-	// held are the connections the handler resolved; each keeps its
-	// upstream clients open until the call ends, however its file
-	// changes meanwhile. The interceptor releases them.
-	mu   sync.Mutex
-	held []*backend.Conn
-	// heldBuf backs held: a call resolves one or two connections, and the
-	// interceptor's hot path should not allocate for them.
-	heldBuf [2]*backend.Conn
-}
-
-// hold keeps c, and so its upstream clients, for the rest of the call.
-// Outside the server's interceptor (a test calling a handler directly)
-// there is no call to hold it for, and the reference is kept: a client
-// left open is better than one closed under a call.
-func hold(ctx context.Context, c *backend.Conn) {
-	if cl, ok := ctx.Value(callKey{}).(*call); ok {
-		cl.mu.Lock()
-		cl.held = append(cl.held, c)
-		cl.mu.Unlock()
-	}
-}
-
-// release gives back every connection the call held.
-func (cl *call) release() {
-	cl.mu.Lock()
-	held := cl.held
-	cl.held = nil
-	cl.mu.Unlock()
-	for i, c := range held {
-		c.Release()
-		held[i] = nil
-	}
 }
 
 // setConnection records the connection a request was routed to.
@@ -109,14 +74,13 @@ type Observer interface {
 // handler is in rpcStart, rpcEnd and rpcPanic.
 func interceptors(log *slog.Logger, observers ...Observer) grpc.ServerOption {
 	return grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		ctx, cl, method, debug := rpcStart(ctx, log, info, req)
+		ctx, method, debug := rpcStart(ctx, log, info, req)
 		start := time.Now()
 		defer func() {
 			if r := recover(); r != nil {
 				resp, err = rpcPanic(ctx, log, info, r)
 			}
 			rpcEnd(ctx, log, observers, method, debug, time.Since(start), resp, err)
-			cl.release()
 		}()
 		return handler(ctx, req)
 	})
@@ -160,16 +124,15 @@ func logLevel(method string, err error) slog.Level {
 // rpcStart numbers the call, puts it in ctx, and returns the method's
 // short name and whether debug logging is on, logging the request if it
 // is.
-func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, req any) (context.Context, *call, string, bool) {
+func rpcStart(ctx context.Context, log *slog.Logger, info *grpc.UnaryServerInfo, req any) (context.Context, string, bool) {
 	cl := &call{id: requestCounter.Add(1)}
-	cl.held = cl.heldBuf[:0]
 	ctx = context.WithValue(ctx, callKey{}, cl)
 	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 	debug := log.Enabled(ctx, slog.LevelDebug)
 	if debug {
 		log.DebugContext(ctx, "request", "method", method, "request_id", RequestID(ctx), "request", logging.Sanitized{Msg: req})
 	}
-	return ctx, cl, method, debug
+	return ctx, method, debug
 }
 
 // rpcEnd reports a finished call to the observers and logs it.

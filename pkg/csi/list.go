@@ -146,72 +146,84 @@ func fanOut[T any](ctx context.Context, d *Driver, capability csi.ControllerServ
 	defer cancel()
 	var out []T
 	for i, name := range names {
+		if name < startConn {
+			continue // listed on an earlier page: nothing is built for it
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, "", status.Errorf(status.FromContextError(err).Code(), "%s stopped before connection %q: %v", method, name, err)
-		}
-		c, err := d.opts.Connections.Get(ctx, name)
-		if err != nil {
-			if skipInListing(err) {
-				d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
-				continue
-			}
-			// Its volumes cannot be listed, and a list without them
-			// reads as "these volumes are gone", as with an upstream
-			// that fails.
-			what := "does not load (fix or remove its file)"
-			if errors.Is(err, connection.ErrUnavailable) {
-				what = "cannot be reached"
-			}
-			st := status.Convert(ConnectionError(err))
-			return nil, "", status.Errorf(st.Code(), "%s: connection %q %s, and a list without its volumes would tell the CO they are gone: %s",
-				method, name, what, st.Message())
-		}
-		hold(ctx, c)
-		if name < startConn {
-			continue // listed on an earlier page
-		}
-		ok, err := controllerHas(ctx, c, capability)
-		if err != nil {
-			return nil, "", err
-		}
-		if !ok {
-			continue
 		}
 		tok := ""
 		if name == startConn {
 			tok = upstreamToken
 		}
-		pages := newPager(c, method, d.opts.MaxListPages, tok)
-		for {
-			if err := ctx.Err(); err != nil {
-				return nil, "", status.Errorf(status.FromContextError(err).Code(), "connection %q (endpoint %s): %s stopped after %d pages: %v",
-					c.Name, c.Controller.Target, method, pages.pages, err)
-			}
-			var remaining int32
-			if maxEntries > 0 {
-				remaining = maxEntries - int32(len(out))
-			}
-			items, next, err := fetch(ctx, c, remaining, tok)
-			if err != nil {
-				return nil, "", err
-			}
-			if err := pages.next(next); err != nil {
-				return nil, "", err
-			}
-			out = append(out, items...)
-			if next == "" {
-				break
-			}
-			tok = next
-			if maxEntries > 0 && int32(len(out)) >= maxEntries {
-				return out, encodeToken(name, next), nil
-			}
+		var next string
+		out, next, err = listConnection(ctx, d, capability, method, name, maxEntries, tok, out, fetch)
+		if err != nil {
+			return nil, "", err
+		}
+		if next != "" {
+			return out, encodeToken(name, next), nil
 		}
 		if maxEntries > 0 && int32(len(out)) >= maxEntries && i+1 < len(names) {
 			return out, encodeToken(names[i+1], ""), nil
 		}
 	}
 	return out, "", nil
+}
+
+// listConnection appends connection name's entries to out, from the
+// upstream's token tok, until out holds maxEntries (0: no bound); next is
+// the upstream's token where it stopped, "" when the connection is done.
+// The connection is got, used and released here, one at a time.
+func listConnection[T any](ctx context.Context, d *Driver, capability csi.ControllerServiceCapability_RPC_Type, method, name string,
+	maxEntries int32, tok string, out []T, fetch fetchFunc[T]) ([]T, string, error) {
+	c, release, err := d.opts.Connections.Get(ctx, name)
+	if err != nil {
+		if skipInListing(err) {
+			d.log.WarnContext(ctx, "skipping connection in listing", "connection", name, "error", err)
+			return out, "", nil
+		}
+		// Its volumes cannot be listed, and a list without them reads as
+		// "these volumes are gone", as with an upstream that fails.
+		what := "does not load (fix or remove its file)"
+		if errors.Is(err, connection.ErrUnavailable) {
+			what = "cannot be reached"
+		}
+		st := status.Convert(ConnectionError(err))
+		return nil, "", status.Errorf(st.Code(), "%s: connection %q %s, and a list without its volumes would tell the CO they are gone: %s",
+			method, name, what, st.Message())
+	}
+	defer release()
+	ok, err := controllerHas(ctx, c, capability)
+	if err != nil || !ok {
+		return out, "", err
+	}
+	pages := newPager(c, method, d.opts.MaxListPages, tok)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, "", status.Errorf(status.FromContextError(err).Code(), "connection %q (endpoint %s): %s stopped after %d pages: %v",
+				c.Name, c.Controller.Target, method, pages.pages, err)
+		}
+		var remaining int32
+		if maxEntries > 0 {
+			remaining = maxEntries - int32(len(out))
+		}
+		items, next, err := fetch(ctx, c, remaining, tok)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := pages.next(next); err != nil {
+			return nil, "", err
+		}
+		out = append(out, items...)
+		if next == "" {
+			return out, "", nil
+		}
+		tok = next
+		if maxEntries > 0 && int32(len(out)) >= maxEntries {
+			return out, next, nil
+		}
+	}
 }
 
 // skipInListing reports whether a connection the registry could not give
@@ -330,10 +342,11 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		}
 		return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
 	}
-	c, err := d.connection(ctx, filter.Connection)
+	c, release, err := d.connection(ctx, filter.Connection)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, "ListSnapshots"); err != nil {
 		return nil, err
 	}

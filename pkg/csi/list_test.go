@@ -408,3 +408,46 @@ func TestControllerListVolumeHealth(t *testing.T) {
 		t.Errorf("upstream without LIST_VOLUME_HEALTH received %v", got)
 	}
 }
+
+// TestListVolumesBuildsNothingForEarlierPages: a listing resumed from a
+// token builds no client for the connections of the pages already served
+// (the defect built one for every connection before skipping it). A fresh
+// proxy, with the same connection files, takes the token the first one
+// gave at connection d: a, b and c get no client and no call.
+func TestListVolumesBuildsNothingForEarlierPages(t *testing.T) {
+	first, _ := listingProxy(t)
+	token := ""
+	for range 10 {
+		resp, err := first.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{MaxEntries: 1, StartingToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = resp.GetNextToken()
+		if ids := volumeIDs(resp.GetEntries()); len(ids) == 1 && ids[0] == "v:d/d1" {
+			break
+		}
+	}
+	if token == "" {
+		t.Fatal("no page ended at v:d/d1 with a next token")
+	}
+	p, fakes := listingProxy(t)
+	resp, err := p.Controller.ListVolumes(callCtx(t), &csi.ListVolumesRequest{StartingToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := volumeIDs(resp.GetEntries()), []string{"v:d/d2", "v:d/d3", "v:d/d4"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("resumed listing = %v, want %v", got, want)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		f := fakes[name]
+		f.mu.Lock()
+		n := len(f.calls)
+		f.mu.Unlock()
+		if n != 0 {
+			t.Errorf("connection %s, listed on earlier pages, received %d calls", name, n)
+		}
+	}
+	if n := p.Pool.Len(); n > 2 {
+		t.Errorf("%d upstream clients after a listing resumed at d, want at most 2 (d and e)", n)
+	}
+}

@@ -44,10 +44,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		{"staging_target_path", req.GetStagingTargetPath() == ""},
 		{"volume_capability", req.GetVolumeCapability() == nil},
 	}
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, fields...)
 	}
+	defer release()
 	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
 	if err != nil {
@@ -71,10 +72,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // nothing staged.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	path := field{"staging_target_path", req.GetStagingTargetPath() == ""}
-	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if t == nil {
 		return unstaged(path)
 	}
@@ -102,12 +104,13 @@ func unstaged(path field) (*csi.NodeUnstageVolumeResponse, error) {
 // NodePublishVolume forwards; for an upstream that does not stage, the
 // staging path the CO sent is dropped, since nothing was staged there.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err,
 			field{"target_path", req.GetTargetPath() == ""},
 			field{"volume_capability", req.GetVolumeCapability() == nil})
 	}
+	defer release()
 	c := t.conn
 	stages, err := nodeHas(ctx, c, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
 	if err != nil {
@@ -125,10 +128,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 // NodeUnpublishVolume routes by ID; an ID the proxy never made has nothing
 // published.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if t == nil {
 		if err := missing(field{"target_path", req.GetTargetPath() == ""}); err != nil {
 			return nil, err
@@ -143,10 +147,11 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 
 // NodeGetVolumeStats routes by ID.
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, field{"volume_path", req.GetVolumePath() == ""})
 	}
+	defer release()
 	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS, "NodeGetVolumeStats"); err != nil {
 		return nil, err
@@ -161,10 +166,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 
 // NodeExpandVolume routes by ID.
 func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, field{"volume_path", req.GetVolumePath() == ""})
 	}
+	defer release()
 	c := t.conn
 	if err := requireNode(ctx, c, csi.NodeServiceCapability_RPC_EXPAND_VOLUME, "NodeExpandVolume"); err != nil {
 		return nil, err

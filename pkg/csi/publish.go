@@ -26,10 +26,11 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 		{"node_id", req.GetNodeId() == ""},
 		{"volume_capability", req.GetVolumeCapability() == nil},
 	}
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, fields...)
 	}
+	defer release()
 	c := t.conn
 	ok, err := controllerHas(ctx, c, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
 	if err != nil {
@@ -61,10 +62,11 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if !d.advertises(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME) {
 		return nil, status.Error(codes.Unimplemented, "controller publishing is off (proxy.controllerPublish)")
 	}
-	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if t == nil {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}

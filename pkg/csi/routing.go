@@ -21,48 +21,53 @@ type target struct {
 	handle string
 }
 
-// routeVolume resolves a volume ID the CO sent in field. An empty ID is
+// noRelease is the release function of what holds nothing.
+func noRelease() {}
+
+// routeVolume resolves a volume ID the CO sent in field, with the release
+// function of its connection (the handler defers it). An empty ID is
 // INVALID_ARGUMENT; an ID the proxy never made names no volume, so it is
 // NOT_FOUND.
-func (d *Driver) routeVolume(ctx context.Context, field, volumeID string) (target, error) {
+func (d *Driver) routeVolume(ctx context.Context, field, volumeID string) (target, func(), error) {
 	return d.route(ctx, ids.Volume, field, volumeID)
 }
 
 // routeSnapshot is routeVolume for snapshot IDs.
-func (d *Driver) routeSnapshot(ctx context.Context, field, snapshotID string) (target, error) {
+func (d *Driver) routeSnapshot(ctx context.Context, field, snapshotID string) (target, func(), error) {
 	return d.route(ctx, ids.Snapshot, field, snapshotID)
 }
 
 // routeRemoval resolves the ID of an object to delete, unstage or
 // unpublish. CSI makes those calls idempotent: an ID the proxy never made
-// names nothing, so there is nothing to remove and it returns nil, nil.
-// An empty ID is still INVALID_ARGUMENT, and an ID whose connection is
-// missing fails (FAILED_PRECONDITION): a silent success there would leak
-// the upstream object.
-func (d *Driver) routeRemoval(ctx context.Context, kind ids.Kind, field, raw string) (*target, error) {
+// names nothing, so there is nothing to remove and it returns a nil target
+// (and a release function that does nothing). An empty ID is still
+// INVALID_ARGUMENT, and an ID whose connection is missing fails
+// (FAILED_PRECONDITION): a silent success there would leak the upstream
+// object.
+func (d *Driver) routeRemoval(ctx context.Context, kind ids.Kind, field, raw string) (*target, func(), error) {
 	if raw != "" {
 		if _, err := ids.Parse(kind, raw); err != nil {
 			d.log.InfoContext(ctx, fmt.Sprintf("%s was not made by this driver; nothing to do", field), "id", logging.Caller(raw))
-			return nil, nil
+			return nil, noRelease, nil
 		}
 	}
-	t, err := d.route(ctx, kind, field, raw)
+	t, release, err := d.route(ctx, kind, field, raw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &t, nil
+	return &t, release, nil
 }
 
-func (d *Driver) route(ctx context.Context, kind ids.Kind, field, raw string) (target, error) {
+func (d *Driver) route(ctx context.Context, kind ids.Kind, field, raw string) (target, func(), error) {
 	id, err := parseID(kind, field, raw)
 	if err != nil {
-		return target{}, err
+		return target{}, nil, err
 	}
-	c, err := d.connection(ctx, id.Connection)
+	c, release, err := d.connection(ctx, id.Connection)
 	if err != nil {
-		return target{}, err
+		return target{}, nil, err
 	}
-	return target{conn: c, handle: id.Handle}, nil
+	return target{conn: c, handle: id.Handle}, release, nil
 }
 
 // parseID parses a proxy ID. A malformed ID gives NOT_FOUND: the proxy never
@@ -88,36 +93,39 @@ func (d *Driver) connectionName(params map[string]string) string {
 	return d.opts.DefaultConnection
 }
 
-// connectionFromParameters resolves the connection connectionName picks.
-func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*backend.Conn, error) {
+// connectionFromParameters resolves the connection connectionName picks,
+// with its release function.
+func (d *Driver) connectionFromParameters(ctx context.Context, params map[string]string) (*backend.Conn, func(), error) {
 	name := d.connectionName(params)
 	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "parameters.connection is required: set it in the StorageClass, or set proxy.defaultConnection")
+		return nil, nil, status.Error(codes.InvalidArgument, "parameters.connection is required: set it in the StorageClass, or set proxy.defaultConnection")
 	}
 	return d.connectionOrGroup(ctx, name)
 }
 
 // connection resolves a connection that an ID names, recording it for the
-// log line. A group is refused: IDs name the member that holds the object
-// (SPEC §11).
-func (d *Driver) connection(ctx context.Context, name string) (*backend.Conn, error) {
-	c, err := d.connectionOrGroup(ctx, name)
+// log line, with its release function. A group is refused: IDs name the
+// member that holds the object (SPEC §11).
+func (d *Driver) connection(ctx context.Context, name string) (*backend.Conn, func(), error) {
+	c, release, err := d.connectionOrGroup(ctx, name)
 	if err == nil && c.IsGroup() {
-		return nil, notMadeByGroup(c)
+		release()
+		return nil, nil, notMadeByGroup(c)
 	}
-	return c, err
+	return c, release, err
 }
 
 // connectionOrGroup resolves a connection by name for a request, recording
-// it for the log line; it may be a group (CreateVolume, GetCapacity).
-func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*backend.Conn, error) {
+// it for the log line; it may be a group (CreateVolume, GetCapacity). The
+// caller calls the release function once its use of the connection is
+// done.
+func (d *Driver) connectionOrGroup(ctx context.Context, name string) (*backend.Conn, func(), error) {
 	setConnection(ctx, name)
-	c, err := d.opts.Connections.Get(ctx, name)
+	c, release, err := d.opts.Connections.Get(ctx, name)
 	if err != nil {
-		return nil, ConnectionError(err)
+		return nil, nil, ConnectionError(err)
 	}
-	hold(ctx, c)
-	return c, nil
+	return c, release, nil
 }
 
 // ConnectionError is the status of a connection that cannot be had: its

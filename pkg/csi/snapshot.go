@@ -14,10 +14,11 @@ import (
 // CreateSnapshot routes by the source volume and wraps the snapshot ID,
 // deleting the upstream snapshot if its ID cannot be handed back.
 func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	t, err := d.routeVolume(ctx, "source_volume_id", req.GetSourceVolumeId())
+	t, release, err := d.routeVolume(ctx, "source_volume_id", req.GetSourceVolumeId())
 	if err != nil {
 		return nil, orMissing(err, field{"name", req.GetName() == ""})
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, "CreateSnapshot"); err != nil {
 		return nil, err
@@ -54,10 +55,11 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 
 // DeleteSnapshot routes by ID; an ID the proxy never made is already gone.
 func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	t, err := d.routeRemoval(ctx, ids.Snapshot, "snapshot_id", req.GetSnapshotId())
+	t, release, err := d.routeRemoval(ctx, ids.Snapshot, "snapshot_id", req.GetSnapshotId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if t == nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
@@ -73,10 +75,11 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 
 // GetSnapshot routes by snapshot ID.
 func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	t, err := d.routeSnapshot(ctx, "snapshot_id", req.GetSnapshotId())
+	t, release, err := d.routeSnapshot(ctx, "snapshot_id", req.GetSnapshotId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT, "GetSnapshot"); err != nil {
 		return nil, err

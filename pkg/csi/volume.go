@@ -10,10 +10,11 @@ import (
 
 // DeleteVolume routes by ID; an ID the proxy never made is already gone.
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	t, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeRemoval(ctx, ids.Volume, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if t == nil {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
@@ -30,10 +31,11 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 // ValidateVolumeCapabilities routes by ID and confirms, of the request's
 // parameters, what the upstream confirmed (see confirmedParameters).
 func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, field{"volume_capabilities", len(req.GetVolumeCapabilities()) == 0})
 	}
+	defer release()
 	c := t.conn
 	out := outbound(req)
 	out.VolumeId = t.handle
@@ -77,10 +79,11 @@ func confirmedParameters(conn string, sent, upstream map[string]string) map[stri
 // ControllerGetVolume routes by ID and decorates the volume with the
 // connection's topology; upstream topology keys never reach the CO.
 func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_GET_VOLUME, "ControllerGetVolume"); err != nil {
 		return nil, err
@@ -105,10 +108,11 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 
 // ControllerExpandVolume routes by ID.
 func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, orMissing(err, field{"capacity_range", req.GetCapacityRange() == nil})
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME, "ControllerExpandVolume"); err != nil {
 		return nil, err
@@ -125,10 +129,11 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 // VolumeAttributesClass may hold any key, "connection" too (only
 // StorageClass parameters carry the proxy's).
 func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
-	t, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
+	t, release, err := d.routeVolume(ctx, "volume_id", req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	c := t.conn
 	if err := requireController(ctx, c, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME, "ControllerModifyVolume"); err != nil {
 		return nil, err

@@ -343,7 +343,6 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 	}
 	opts := pcsi.Options{
 		Policy:      &policy,
-		SelfGuard:   guard,
 		Accepted:    accepted,
 		MaxIDLength: cfg.Proxy.MaxIDLength,
 		OnLongID:    x.longID,

@@ -38,8 +38,11 @@ type Config struct {
 	// Folder is the proxy's, its cache timeout 0).
 	Catalogue func(*connection.Options)
 	// Driver edits the driver's options before New; Connections is then
-	// set to the registry, whose loop guard is the driver's SelfGuard.
+	// set to the registry.
 	Driver func(*pcsi.Options)
+	// Guard, if set, is the registry's loop guard (serve's refuses
+	// connections that route back to the proxy).
+	Guard *backend.SelfGuard
 	// Observers are told about every call the server serves.
 	Observers []pcsi.Observer
 	// Listener, if set, wraps the socket's listener (a ConnTracker's).
@@ -80,7 +83,7 @@ func Start(t testing.TB, cfg Config) *Proxy {
 		cfg.Driver(&o)
 	}
 	p.Registry = backend.New(backend.Options{
-		Catalogue: p.Store, Pool: p.Pool, Guard: o.SelfGuard,
+		Catalogue: p.Store, Pool: p.Pool, Guard: cfg.Guard,
 		NodeID: NodeID, DriverName: Name, Version: Version, Log: log,
 	})
 	o.Connections = p.Registry

@@ -85,6 +85,10 @@ func New(opts Options) *Registry {
 // List names the connections that exist, sorted.
 func (r *Registry) List() ([]string, error) { return r.cat.List() }
 
+// Guard is the registry's loop guard (Options.Guard), nil when it has
+// none.
+func (r *Registry) Guard() *SelfGuard { return r.opts.Guard }
+
 // Location names where connections come from, for messages.
 func (r *Registry) Location() string { return r.cat.Location() }
 

@@ -211,7 +211,7 @@ func AskClients(ctx context.Context, ctrl, node *upstream.Client) (UpstreamCaps,
 }
 
 // RefreshCapabilities recomputes the auto parts of Options.Policy from
-// every connection's upstream and advertises the result; with a SelfGuard
+// every connection's upstream and advertises the result; with a loop guard (Connections.Guard)
 // it also checks every driver: csi connection for a cycle again. It logs
 // what changed. Growth after Probe reported ready closes the CSI socket's
 // client connections (Options.Accepted), so the sidecars, which read
@@ -231,13 +231,13 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 		// Nothing advertised depends on the upstreams.
 		d.confirm()
 	}
-	if !auto && d.opts.SelfGuard == nil {
+	if !auto && d.opts.Connections.Guard() == nil {
 		return d.Capabilities(), nil
 	}
 	ups, unconfirmed, nodeLocal := d.askConnections(ctx, auto)
 	d.noteNodeLocal(ctx, nodeLocal)
 	if !auto {
-		// Only the loop re-check (SelfGuard) ran.
+		// Only the loop re-check (the loop guard) ran.
 		return d.Capabilities(), unconfirmed
 	}
 	next := p.Aggregate(ups)
@@ -271,7 +271,7 @@ func (d *Driver) RefreshCapabilities(ctx context.Context) (Capabilities, []Uncon
 
 // askConnections asks the upstream of every connection, each distinct
 // client (or pair of controller and node clients) once, refreshWorkers at
-// a time, for its capabilities when ask is set; with a SelfGuard it first
+// a time, for its capabilities when ask is set; with a loop guard (Connections.Guard) it first
 // looks for a cycle again. It returns one UpstreamCaps per upstream asked,
 // and, in name order, the node-local connections it saw (the one read of
 // every file serves both).
@@ -295,8 +295,8 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 		mu.Unlock()
 	}
 	var round *backend.Round
-	if d.opts.SelfGuard != nil {
-		round = d.opts.SelfGuard.NewRound()
+	if d.opts.Connections.Guard() != nil {
+		round = d.opts.Connections.Guard().NewRound()
 	}
 	// The survey holds the clients of connections the cache does not,
 	// until every look is done.
@@ -328,7 +328,7 @@ func (d *Driver) askConnections(ctx context.Context, ask bool) ([]UpstreamCaps, 
 			// grown since this connection loaded (the two loaded at the
 			// same moment). A refused connection fails its calls and is
 			// left out of listings (backend.Registry.Get refuses it).
-			if g := d.opts.SelfGuard; g != nil && c.Config.Driver == config.DriverCSI {
+			if g := d.opts.Connections.Guard(); g != nil && c.Config.Driver == config.DriverCSI {
 				if err := g.CheckIn(cctx, c, round); err != nil {
 					d.log.ErrorContext(ctx, "connection refused: it routes back to this proxy", "connection", name, "error", err)
 					unconfirmed(name, err, false)

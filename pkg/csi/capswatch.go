@@ -50,7 +50,7 @@ import (
 // is followed by another after 1s, 2s, 4s… (capped at interval) until one
 // confirms them all (Unconfirmed.Retry). interval 0 means one minute.
 func (d *Driver) WatchCapabilities(ctx context.Context, interval time.Duration) {
-	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.SelfGuard == nil {
+	if (d.opts.Policy == nil || !d.opts.Policy.Auto()) && d.opts.Connections.Guard() == nil {
 		d.confirm()
 		return
 	}

@@ -120,12 +120,6 @@ type Options struct {
 	// (until the first refresh they advertise nothing), its explicit
 	// parts are advertised as given.
 	Policy *Policy
-	// SelfGuard, if set, publishes this proxy's loop markers in
-	// GetPluginInfo and re-checks the connections on every capability
-	// refresh; it must be the guard of the registry behind Connections,
-	// which checks connections when it builds their clients. nil publishes
-	// and re-checks nothing.
-	SelfGuard *backend.SelfGuard
 	// Accepted, if set, tracks the CSI socket's client connections: when
 	// auto capabilities grow after Probe reported ready they are closed,
 	// so that the sidecars restart and read the new set (capswatch.go).
@@ -173,6 +167,11 @@ type Connections interface {
 	// Survey starts a look at connections that is not a use (the
 	// capability refresh).
 	Survey() *backend.Survey
+	// Guard is the loop guard that checks connections when their clients
+	// are built; the driver publishes its loop markers in GetPluginInfo
+	// and re-checks the connections with it on every capability refresh.
+	// nil: no loop checks. The registry owns it: it is wired once.
+	Guard() *backend.SelfGuard
 }
 
 // Driver implements the proxy's CSI services.

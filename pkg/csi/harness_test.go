@@ -74,13 +74,20 @@ func startProxy(t *testing.T, opts ...func(*pcsi.Options)) *testProxy {
 }
 
 // startProxyStore is startProxy with storeOpt editing the connection store's
-// options (say, its cache timeout) before the store is made. The registry
-// checks connections with the driver's SelfGuard, as serve wires it.
+// options (say, its cache timeout) before the store is made.
 func startProxyStore(t *testing.T, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
+	t.Helper()
+	return startProxyGuard(t, nil, storeOpt, opts...)
+}
+
+// startProxyGuard is startProxyStore with guard as the registry's loop
+// guard (nil: none), as serve wires it.
+func startProxyGuard(t *testing.T, guard *backend.SelfGuard, storeOpt func(*connection.Options), opts ...func(*pcsi.Options)) *testProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
 	tp := testproxy.Start(t, testproxy.Config{
-		Log: jsonLogger(t, logs, "debug"),
+		Guard: guard,
+		Log:   jsonLogger(t, logs, "debug"),
 		Catalogue: func(o *connection.Options) {
 			// Re-read on every call so a test can add or remove files.
 			o.CacheTimeout, o.Topology = 0, testTopology

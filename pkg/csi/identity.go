@@ -8,10 +8,10 @@ import (
 )
 
 // GetPluginInfo reports the configured driver name and version, and, with
-// a SelfGuard, its loop markers in the manifest (pkg/backend/selfroute.go).
+// a loop guard (Connections.Guard), its loop markers in the manifest (pkg/backend/selfroute.go).
 func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	resp := &csi.GetPluginInfoResponse{Name: d.opts.Name, VendorVersion: d.opts.Version}
-	if g := d.opts.SelfGuard; g != nil {
+	if g := d.opts.Connections.Guard(); g != nil {
 		resp.Manifest = g.Manifest()
 	}
 	return resp, nil

@@ -12,7 +12,6 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
-	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
 // startGuardedProxy serves a proxy whose registry refuses connections that
@@ -21,7 +20,7 @@ import (
 func startGuardedProxy(t *testing.T, own ...string) (*testProxy, *backend.SelfGuard) {
 	t.Helper()
 	g := backend.NewSelfGuard(own...)
-	p := startProxy(t, func(o *pcsi.Options) { o.SelfGuard = g })
+	p := startProxyGuard(t, g, nil)
 	return p, g
 }
 

@@ -56,17 +56,13 @@ package csi
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
-	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
 )
 
@@ -79,74 +75,6 @@ const (
 
 // ConnectionParameter is the StorageClass parameter naming the connection.
 const ConnectionParameter = "connection"
-
-// Options configures the proxy driver. Zero values are noted per field.
-type Options struct {
-	// Name and Version are reported by GetPluginInfo.
-	Name, Version string
-	// NodeID is reported by NodeGetInfo.
-	NodeID string
-	// Mode is all, controller or node; empty means all.
-	Mode string
-	// Connections resolves connections and their clients. Required.
-	Connections Connections
-	// DefaultConnection serves requests without a connection parameter;
-	// empty refuses them.
-	DefaultConnection string
-	// Topology holds the prefix and node topology type used for matching.
-	Topology accessible.Options
-	// NodeSegments are reported by NodeGetInfo; NodeTopologyErr, when set,
-	// makes NodeGetInfo fail instead (a node with no segment).
-	NodeSegments    map[string]string
-	NodeTopologyErr error
-	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
-	MaxVolumesPerNode int64
-	// RollbackTimeout bounds the clean-up call after a failed create;
-	// 0 means 30s.
-	RollbackTimeout time.Duration
-	// ListTimeout bounds a whole ListVolumes, ListSnapshots or
-	// ControllerListVolumeHealth fan-out; 0 means 2 minutes. The caller's
-	// deadline, when shorter, bounds it too.
-	ListTimeout time.Duration
-	// MaxListPages bounds how many pages one connection's upstream may
-	// return in one listing; 0 means 1000.
-	MaxListPages int
-	// Capabilities are advertised when Policy is nil; zero means
-	// everything supported except controller publishing, with online
-	// expansion (see ResolveCapabilities).
-	Capabilities Capabilities
-	// Policy, when set, is proxy.capabilities: its auto parts are
-	// computed from the connections' upstreams by RefreshCapabilities
-	// (until the first refresh they advertise nothing), its explicit
-	// parts are advertised as given.
-	Policy *Policy
-	// Accepted, if set, tracks the CSI socket's client connections: when
-	// auto capabilities grow after Probe reported ready they are closed,
-	// so that the sidecars restart and read the new set (capswatch.go).
-	// nil closes nothing and only warns.
-	Accepted *ConnTracker
-	// CapabilityTimeout bounds the capability calls to one upstream in a
-	// refresh; 0 means 5s.
-	CapabilityTimeout time.Duration
-	// MaxIDLength refuses IDs longer than this (proxy.maxIdLength); 0
-	// returns them, warning once per connection (see encodeID).
-	MaxIDLength int
-	// OnLongID, if set, is told about every ID returned over the CSI
-	// limit of 128 bytes (kind is "volume" or "snapshot"); the metrics
-	// count them with it.
-	OnLongID func(connection, kind string)
-	// OnLostReply, if set, is told about every CreateVolume or
-	// CreateSnapshot (method) whose upstream reply the proxy could not
-	// receive, so the object may be left upstream; the metrics count them.
-	OnLostReply func(connection, method string)
-	// WarnCentralNodeLocal is set for a controller-only process outside
-	// the node-local mode (the central Deployment): a capability refresh
-	// that finds node-local connections warns, naming them, whenever they
-	// differ from those it last warned about (nodelocal.go).
-	WarnCentralNodeLocal bool
-	// Log receives driver messages; nil means slog.Default().
-	Log *slog.Logger
-}
 
 // Connections is what the CSI layer asks for connections: the connection
 // a call routes to with its upstream clients, and the names that exist.
@@ -204,32 +132,10 @@ type Driver struct {
 
 // New returns a driver; it reports ready to Probe once SetReady is called.
 func New(opts Options) (*Driver, error) {
-	if opts.Connections == nil {
-		return nil, errors.New("csi.Options.Connections is required")
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.Mode == "" {
-		opts.Mode = ModeAll
-	}
-	switch opts.Mode {
-	case ModeAll, ModeController, ModeNode:
-	default:
-		return nil, fmt.Errorf("--mode %q: want all, controller or node", opts.Mode)
-	}
-	if opts.RollbackTimeout == 0 {
-		opts.RollbackTimeout = 30 * time.Second
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
-	if opts.ListTimeout <= 0 {
-		opts.ListTimeout = defaultListTimeout
-	}
-	if opts.MaxListPages <= 0 {
-		opts.MaxListPages = defaultMaxListPages
-	}
-	if opts.CapabilityTimeout <= 0 {
-		opts.CapabilityTimeout = defaultCapabilityTimeout
-	}
+	opts = opts.withDefaults()
 	caps := opts.Capabilities
 	if caps.Controller == nil && caps.Node == nil {
 		caps, _ = ResolveCapabilities(nil, nil, false)

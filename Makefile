@@ -11,7 +11,7 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools etcd image image-archive bench bench-realwork lint fuzz clean
+.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools csi-modules etcd image image-archive bench bench-realwork lint fuzz clean
 
 all: build
 
@@ -127,7 +127,7 @@ KUBE_LDFLAGS := -s -w -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
 # and by default the ones put in .cache/bin by hand (newest tag) if any.
 CSI_NODE_DRIVER_REGISTRAR ?= $(lastword $(sort $(wildcard $(CACHE_BIN)/csi-node-driver-registrar-v*)))
 CSI_LIVENESSPROBE ?= $(lastword $(sort $(wildcard $(CACHE_BIN)/livenessprobe-v*)))
-e2e-kube: kube-tools csi-tools etcd
+e2e-kube: kube-tools csi-tools csi-modules etcd
 	PROXY_TOPOLOGY_E2E_KUBE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) DEMOCRATIC_CSI="$(DEMOCRATIC_CSI)" \
 	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) \
 	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
@@ -138,6 +138,17 @@ e2e-kube: kube-tools csi-tools etcd
 kube-tools: $(KUBE_APISERVER) $(KUBE_SCHEDULER) $(KUBE_CONTROLLER_MANAGER) $(HELM) $(KUSTOMIZE)
 
 csi-tools: $(CSI_TOOLS)
+
+# csi-modules: the sidecar modules whose own files the e2e-kube tests read
+# from the Go module cache (their RBAC, the snapshot CRDs), at tools/csi's
+# versions. Fetched on every run, whether or not the binaries in .cache/bin
+# exist: a kept .cache/bin with a fresh module cache would leave them out.
+# go mod download does nothing when they are there.
+CSI_MODULES := github.com/kubernetes-csi/external-provisioner/v6 github.com/kubernetes-csi/external-resizer/v2 \
+  github.com/kubernetes-csi/external-attacher/v4 github.com/kubernetes-csi/external-snapshotter/v8 \
+  github.com/kubernetes-csi/external-snapshotter/client/v8
+csi-modules:
+	cd tools/csi && $(GO) mod download $(CSI_MODULES)
 
 # Each binary is keyed by its version, built to a temporary name and moved
 # into place, so an interrupted build is never mistaken for a cached one.

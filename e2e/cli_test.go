@@ -86,7 +86,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("list-volumes = %+v, want just %s", listed.Entries, id)
 	}
 
-	run(0, "delete-volume", id)
+	run(0, "delete-volume", "--volume", id)
 	out = run(0, "list-volumes")
 	if strings.Contains(out, id) {
 		t.Fatalf("volume still listed after delete:\n%s", out)

@@ -46,7 +46,7 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 	want := `FAILED_PRECONDITION: connection "local": volume ` + strings.TrimPrefix(id, "v:local/") + " was made under base path " + oldBase
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, out, errOut = runCSI(t, s.Endpoint, "delete-volume", id)
+		code, out, errOut = runCSI(t, s.Endpoint, "delete-volume", "--volume", id)
 		if code == 1 && strings.Contains(errOut, want) && strings.Contains(errOut, "not under this driver's base path "+newBase) {
 			break
 		}
@@ -68,7 +68,7 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 	writeConn(oldBase)
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		if code, out, errOut = runCSI(t, s.Endpoint, "delete-volume", id); code == 0 {
+		if code, out, errOut = runCSI(t, s.Endpoint, "delete-volume", "--volume", id); code == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -85,7 +85,7 @@ func TestCLICreateListDelete(t *testing.T) {
 	}
 
 	for _, v := range ids {
-		if code, out, errOut := runCSI(t, s.Endpoint, "delete-volume", v); code != 0 || out != "deleted volume "+v+"\n" {
+		if code, out, errOut := runCSI(t, s.Endpoint, "delete-volume", "--volume", v); code != 0 || out != "deleted volume "+v+"\n" {
 			t.Errorf("delete-volume %s: exit %d %q %s", v, code, out, errOut)
 		}
 	}
@@ -125,8 +125,10 @@ func TestCLIExitCodes(t *testing.T) {
 		{name: "full keys are used verbatim", code: 1,
 			args:   []string{"create-volume", "--name", "x", "--connection", "zone1", "--requisite", "org.democratic-csi.topology/zone=zone9"},
 			stderr: "RESOURCE_EXHAUSTED: topology {org.democratic-csi.topology/zone=zone9}"},
-		{name: "foreign volume id", code: 1, args: []string{"get-volume", "pvc-123"}, stderr: "ControllerGetVolume failed: NOT_FOUND: volume_id:"},
-		{name: "delete of a foreign id is idempotent", code: 0, args: []string{"delete-volume", "pvc-123"}, stdout: "deleted volume pvc-123\n"},
+		{name: "foreign volume id", code: 1, args: []string{"get-volume", "--volume", "pvc-123"}, stderr: "ControllerGetVolume failed: NOT_FOUND: volume_id:"},
+		{name: "delete of a foreign id is idempotent", code: 0, args: []string{"delete-volume", "--volume", "pvc-123"}, stdout: "deleted volume pvc-123\n"},
+		{name: "the positional id is deprecated", code: 0, args: []string{"delete-volume", "pvc-123"}, stdout: "deleted volume pvc-123\n",
+			stderr: "warning: delete-volume ID is deprecated and goes in the next release; use delete-volume --volume ID\n"},
 		{name: "capacity outside the connection's topology", code: 0,
 			args: []string{"get-capacity", "--connection", "zone1", "--topology", "zone=zone2"}, stdout: "available_capacity:  0\n"},
 		{name: "capacity as json", code: 0,
@@ -145,7 +147,11 @@ func TestCLIExitCodes(t *testing.T) {
 		{name: "bad size", code: 2, args: []string{"create-volume", "--name", "x", "--size", "lots"}, stderr: `"lots": want a size like 1Gi`},
 		{name: "bad term", code: 2, args: []string{"create-volume", "--name", "x", "--requisite", "zone"}, stderr: `--requisite: "zone": want k=v,k=v`},
 		{name: "bad access mode", code: 2, args: []string{"create-volume", "--name", "x", "--access-mode", "rwx"}, stderr: `--access-mode "rwx" is not a CSI access mode`},
-		{name: "delete without id", code: 2, args: []string{"delete-volume"}, stderr: "want 1 argument(s), got 0"},
+		{name: "delete without id", code: 2, args: []string{"delete-volume"}, stderr: "proxy-topology csi delete-volume: --volume is required\n\nUsage:\n  proxy-topology csi delete-volume --volume ID"},
+		{name: "zero timeout", code: 2, args: []string{"--timeout", "0", "info"}, stderr: "proxy-topology csi info: --timeout 0s: want a positive duration"},
+		{name: "negative timeout", code: 2, args: []string{"create-volume", "--name", "x", "--connection", "zone1", "--timeout=-1s"}, stderr: "--timeout -1s: want a positive duration"},
+		{name: "one key twice in a term", code: 2, args: []string{"create-volume", "--name", "x", "--connection", "zone1", "--requisite", "zone=zone1,zone=zone2"},
+			stderr: `--requisite: "zone=zone1,zone=zone2": key org.democratic-csi.topology/zone twice`},
 		{name: "bad output", code: 2, args: []string{"-o", "yaml", "info"}, stderr: `-o "yaml": want text or json`},
 		{name: "shared flags after the command", code: 0, args: []string{"get-capacity", "--connection", "zone1", "--topology", "zone=zone2", "--output", "json"}, stdout: "{}\n"},
 		{name: "-o spelt --o", code: 0, args: []string{"get-capacity", "--connection", "zone1", "--topology", "zone=zone2", "--o=json"}, stdout: "{}\n"},
@@ -229,7 +235,7 @@ func TestCLINodeCommands(t *testing.T) {
 		{"publish", "--volume", id, "--staging", staging, "--target", target, "--readonly"},
 		{"unpublish", "--volume", id, "--target", target},
 		{"unstage", "--volume", id, "--staging", staging},
-		{"delete-volume", id},
+		{"delete-volume", "--volume", id},
 	}
 	want := []string{
 		"staged volume " + id + " at " + staging + "\n",

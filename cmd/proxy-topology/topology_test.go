@@ -115,3 +115,22 @@ func TestTopologyConnectionName(t *testing.T) {
 		})
 	}
 }
+
+// TestTopologyTermKeyTwice: the dry run reads terms as the csi client
+// does: a key twice in one term is a usage error naming the flag and the
+// key, never a term that silently keeps the last value.
+func TestTopologyTermKeyTwice(t *testing.T) {
+	cfg := writeDryRunConfig(t, t.TempDir())
+	for _, tc := range []struct{ flag, want string }{
+		{"--requisite", `--requisite: "zone=zone1,zone=zone2": key org.democratic-csi.topology/zone twice`},
+		{"--preferred", `--preferred: "zone=zone1,zone=zone2": key org.democratic-csi.topology/zone twice`},
+		{"--upstream-answer", `--upstream-answer: "zone=zone1,zone=zone2": key zone twice`},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			code, out, errOut := runTopology(t, "--config", cfg, "--node-name", "node-1", tc.flag, "zone=zone1,zone=zone2")
+			if code != 2 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, want 2 and %q:\n%s%s", code, tc.want, out, errOut)
+			}
+		})
+	}
+}

@@ -20,7 +20,8 @@ import (
 var volumeSnapshots = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 
 // snapshotModule returns the directory of a kubernetes-csi module of
-// tools/csi in the module cache (make csi-tools downloaded it).
+// tools/csi in the module cache (make csi-modules, a prerequisite of make
+// e2e-kube, downloads it; the module must be in its CSI_MODULES).
 func snapshotModule(t *testing.T, module string) string {
 	t.Helper()
 	version := toolsModuleVersions(t, "csi")[module]
@@ -33,7 +34,7 @@ func snapshotModule(t *testing.T, module string) string {
 	}
 	dir := filepath.Join(strings.TrimSpace(string(out)), module+"@"+version)
 	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("%v (make csi-tools downloads it)", err)
+		t.Fatalf("%v (make csi-modules downloads it)", err)
 	}
 	return dir
 }

@@ -240,7 +240,9 @@ func TestUpstreamsRenderRules(t *testing.T) {
 	need(t)
 	run(t, tools["HELM"], "lint", "--strict", "deploy/helm/proxy-topology", "--values", upstreamsValues)
 	own := "driver: csi\ncsi:\n  endpoint: unix:///csi/upstreams/nas1/csi.sock\n  timeout: 30s\n"
-	r := renderChart(t, "--values", upstreamsValues, "--set-string", "connections.nas1="+own)
+	// connections.nas1 replaces the entry's connection block, which must
+	// then be left out (TestHelmRefusesValues: both at once is refused).
+	r := renderChart(t, "--values", upstreamsValues, "--set", "upstreams.nas1.connection=null", "--set-string", "connections.nas1="+own)
 	if got := string(r.secretFile(t, "connections", "nas1.yaml")); got != own {
 		t.Errorf("connections.nas1 is given, but the Secret holds:\n%s", got)
 	}

@@ -28,6 +28,7 @@ type client struct {
 	timeout                  time.Duration
 
 	stdout     io.Writer
+	stderr     io.Writer
 	conn       *grpc.ClientConn
 	identity   csi.IdentityClient
 	controller csi.ControllerClient
@@ -62,7 +63,7 @@ stderr), 2 the command line is wrong.`,
   proxy-topology csi --endpoint unix:///run/csi/csi.sock node-info
   proxy-topology csi create-volume --name pvc-1 --connection nfs-zone1 --requisite zone=zone1 --size 1Gi
   proxy-topology csi -o json list-volumes | jq -r '.entries[].volume.volumeId'
-  proxy-topology csi delete-volume v:nfs-zone1/vol-1`,
+  proxy-topology csi delete-volume --volume v:nfs-zone1/vol-1`,
 		// A missing or misspelt command is reported here, the same way
 		// wherever the command is mounted: without RunE cobra would print
 		// the help and succeed, and without Args it would report it its
@@ -115,7 +116,7 @@ func or(a, b string) string {
 // error it returns says how the command failed (ExitCode).
 func (c *client) run(body func(ctx context.Context, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		c.stdout = cmd.OutOrStdout()
+		c.stdout, c.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 		err := c.dial()
 		if err == nil {
 			ctx, cancel := context.WithTimeout(cmd.Context(), c.timeout)
@@ -136,6 +137,11 @@ func (c *client) dial() error {
 	case "text", "json":
 	default:
 		return usagef("-o %q: want text or json", c.output)
+	}
+	if c.timeout <= 0 {
+		// context.WithTimeout would expire at once and every call would
+		// answer DEADLINE_EXCEEDED, as if the driver were slow.
+		return usagef("--timeout %s: want a positive duration, e.g. 30s or 2m", c.timeout)
 	}
 	target, err := grpcTarget(c.endpoint)
 	if err != nil {
@@ -159,8 +165,8 @@ func grpcTarget(ep string) (string, error) {
 	return parsed.Target(), nil
 }
 
-// noArgs and exactArgs check positional arguments; flags may come before
-// or after them (delete-volume ID --secret k=v).
+// noArgs and maxArgs check positional arguments; flags may come before
+// or after them.
 func noArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])
@@ -168,13 +174,32 @@ func noArgs(_ *cobra.Command, args []string) error {
 	return nil
 }
 
-func exactArgs(n int) cobra.PositionalArgs {
+// maxArgs allows the deprecated positional ID (idArg) and nothing more.
+func maxArgs(n int) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usagef("want %d argument(s), got %d", n, len(args))
+		if len(args) > n {
+			return usagef("unexpected argument %q", args[n])
 		}
 		return nil
 	}
+}
+
+// idArg is the volume or snapshot ID a command acts on: --volume ID (or
+// --snapshot ID) on every command. Until the next release the ID may also
+// be the one positional argument, as delete-volume, get-volume,
+// expand-volume and delete-snapshot once took it; that form warns on
+// stderr. flag is the flag's name, value what it was given.
+func (c *client) idArg(cmd string, args []string, flag, value string) (string, error) {
+	switch {
+	case len(args) == 0 && value == "":
+		return "", usagef("--%s is required", flag)
+	case len(args) == 0:
+		return value, nil
+	case value != "":
+		return "", usagef("the ID is given twice (--%s %q and %q): give --%s alone", flag, value, args[0], flag)
+	}
+	fmt.Fprintf(c.stderr, "warning: %s ID is deprecated and goes in the next release; use %s --%s ID\n", cmd, cmd, flag)
+	return args[0], nil
 }
 
 // unary is what every single-call command shares: call, report a failed

@@ -167,9 +167,9 @@ func TestErrors(t *testing.T) {
 		msg  string
 	}{
 		{"rpc", []string{"create-volume", "--name", "x", "--connection", "full"}, ExitFailed, "CreateVolume failed: RESOURCE_EXHAUSTED: no space left"},
-		{"unimplemented", []string{"get-volume", "v1"}, ExitFailed, "ControllerGetVolume failed: UNIMPLEMENTED: method ControllerGetVolume not implemented"},
+		{"unimplemented", []string{"get-volume", "--volume", "v1"}, ExitFailed, "ControllerGetVolume failed: UNIMPLEMENTED: method ControllerGetVolume not implemented"},
 		{"missing flag", []string{"create-volume"}, ExitUsage, "--name is required"},
-		{"arguments", []string{"delete-volume", "a", "b"}, ExitUsage, "want 1 argument(s), got 2"},
+		{"arguments", []string{"delete-volume", "a", "b"}, ExitUsage, `unexpected argument "b"`},
 		{"stray argument", []string{"list-volumes", "x"}, ExitUsage, `unexpected argument "x"`},
 		{"no command", nil, ExitUsage, "a command is required"},
 		{"unknown command", []string{"create-volum"}, ExitUsage, `unknown command "create-volum"; did you mean create-volume?`},

@@ -102,7 +102,9 @@ func (t termsFlag) terms(flagName, prefix string) ([]*csi.Topology, error) {
 
 // ParseTerm reads one topology term, k=v,k=v. A key without '/' gets the
 // prefix, as node rules do (labels.FullKey); a key with one is used as it
-// is.
+// is. A key given twice is refused: a term holds one value a key (a
+// Kubernetes topology term ANDs its segments), and "zone=a,zone=b" is not
+// "zone a or b", which is two terms.
 func ParseTerm(s, prefix string) (*csi.Topology, error) {
 	seg := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
@@ -110,7 +112,11 @@ func ParseTerm(s, prefix string) (*csi.Topology, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%q: want k=v,k=v", s)
 		}
-		seg[labels.FullKey(prefix, k)] = v
+		full := labels.FullKey(prefix, k)
+		if _, dup := seg[full]; dup {
+			return nil, fmt.Errorf("%q: key %s twice; a term has one value a key (for one value or another, give one term each: the flag twice)", s, full)
+		}
+		seg[full] = v
 	}
 	return &csi.Topology{Segments: seg}, nil
 }

@@ -57,7 +57,7 @@ func TestParseTerm(t *testing.T) {
 			t.Errorf("ParseTerm(%q) (-want +got):\n%s", in, diff)
 		}
 	}
-	for _, bad := range []string{"", "zone", "=x", "zone=a,", "zone=a,,rack=b"} {
+	for _, bad := range []string{"", "zone", "=x", "zone=a,", "zone=a,,rack=b", "zone=a,zone=b", "zone=a,zone=a", "zone=a,p/zone=b"} {
 		if _, err := ParseTerm(bad, "p"); err == nil {
 			t.Errorf("ParseTerm(%q) accepted", bad)
 		}

@@ -43,21 +43,27 @@ snapshot ID is s:<connection>/…).`,
 }
 
 func (c *client) deleteSnapshotCommand() *cobra.Command {
+	var snapshot string
 	secrets := kvFlag{}
 	cmd := &cobra.Command{
-		Use:     "delete-snapshot ID",
+		Use:     "delete-snapshot --snapshot ID",
 		Short:   "DeleteSnapshot",
 		Long:    "Calls DeleteSnapshot. Deleting a snapshot that does not exist succeeds, as the CSI spec asks.",
-		Example: "  proxy-topology csi delete-snapshot s:nfs-zone1/snap-1",
-		Args:    exactArgs(1),
+		Example: "  proxy-topology csi delete-snapshot --snapshot s:nfs-zone1/snap-1",
+		Args:    maxArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
+			id, err := c.idArg("delete-snapshot", args, "snapshot", snapshot)
+			if err != nil {
+				return err
+			}
 			return unary(ctx, c, "DeleteSnapshot", func(ctx context.Context) (*csi.DeleteSnapshotResponse, error) {
-				return c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: args[0], Secrets: secrets})
+				return c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id, Secrets: secrets})
 			}, func(out io.Writer, _ *csi.DeleteSnapshotResponse) {
-				fmt.Fprintf(out, "deleted snapshot %s\n", args[0])
+				fmt.Fprintf(out, "deleted snapshot %s\n", id)
 			})
 		}),
 	}
+	cmd.Flags().StringVar(&snapshot, "snapshot", "", "snapshot ID (required)")
 	cmd.Flags().Var(secrets, "secret", "secret (repeatable)")
 	return cmd
 }

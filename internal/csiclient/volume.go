@@ -93,34 +93,45 @@ ORed; preferred ones are in order).`,
 }
 
 func (c *client) deleteVolumeCommand() *cobra.Command {
+	var volume string
 	secrets := kvFlag{}
 	cmd := &cobra.Command{
-		Use:     "delete-volume ID",
+		Use:     "delete-volume --volume ID",
 		Short:   "DeleteVolume",
 		Long:    "Calls DeleteVolume. Deleting a volume that does not exist succeeds, as the CSI spec asks.",
-		Example: "  proxy-topology csi delete-volume v:nfs-zone1/vol-1",
-		Args:    exactArgs(1),
+		Example: "  proxy-topology csi delete-volume --volume v:nfs-zone1/vol-1",
+		Args:    maxArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
+			id, err := c.idArg("delete-volume", args, "volume", volume)
+			if err != nil {
+				return err
+			}
 			return unary(ctx, c, "DeleteVolume", func(ctx context.Context) (*csi.DeleteVolumeResponse, error) {
-				return c.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: args[0], Secrets: secrets})
-			}, func(out io.Writer, _ *csi.DeleteVolumeResponse) { fmt.Fprintf(out, "deleted volume %s\n", args[0]) })
+				return c.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
+			}, func(out io.Writer, _ *csi.DeleteVolumeResponse) { fmt.Fprintf(out, "deleted volume %s\n", id) })
 		}),
 	}
+	cmd.Flags().StringVar(&volume, "volume", "", "volume ID (required)")
 	cmd.Flags().Var(secrets, "secret", "secret (repeatable)")
 	return cmd
 }
 
 func (c *client) getVolumeCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get-volume ID",
+	var volume string
+	cmd := &cobra.Command{
+		Use:   "get-volume --volume ID",
 		Short: "ControllerGetVolume: a volume's capacity, topology and where it is published",
 		Long: `Calls ControllerGetVolume. An ID the proxy did not make (not v:<connection>/…)
 is NOT_FOUND.`,
-		Example: "  proxy-topology csi get-volume v:nfs-zone1/vol-1",
-		Args:    exactArgs(1),
+		Example: "  proxy-topology csi get-volume --volume v:nfs-zone1/vol-1",
+		Args:    maxArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
+			id, err := c.idArg("get-volume", args, "volume", volume)
+			if err != nil {
+				return err
+			}
 			return unary(ctx, c, "ControllerGetVolume", func(ctx context.Context) (*csi.ControllerGetVolumeResponse, error) {
-				return c.controller.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: args[0]})
+				return c.controller.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: id})
 			}, func(out io.Writer, resp *csi.ControllerGetVolumeResponse) {
 				fmt.Fprintf(out, "volume %s\n", resp.GetVolume().GetVolumeId())
 				printVolume(out, resp.GetVolume())
@@ -130,30 +141,38 @@ is NOT_FOUND.`,
 			})
 		}),
 	}
+	cmd.Flags().StringVar(&volume, "volume", "", "volume ID (required)")
+	return cmd
 }
 
 func (c *client) expandVolumeCommand() *cobra.Command {
+	var volume string
 	var size sizeFlag
 	secrets := kvFlag{}
 	cmd := &cobra.Command{
-		Use:   "expand-volume ID --size S",
+		Use:   "expand-volume --volume ID --size S",
 		Short: "ControllerExpandVolume",
 		Long: `Calls ControllerExpandVolume with --size as required_bytes and prints the new
 capacity and whether the node must expand the file system too.`,
-		Example: "  proxy-topology csi expand-volume v:nfs-zone1/vol-1 --size 2Gi",
-		Args:    exactArgs(1),
+		Example: "  proxy-topology csi expand-volume --volume v:nfs-zone1/vol-1 --size 2Gi",
+		Args:    maxArgs(1),
 		RunE: c.run(func(ctx context.Context, args []string) error {
+			id, err := c.idArg("expand-volume", args, "volume", volume)
+			if err != nil {
+				return err
+			}
 			if size == 0 {
 				return usagef("--size is required")
 			}
 			return unary(ctx, c, "ControllerExpandVolume", func(ctx context.Context) (*csi.ControllerExpandVolumeResponse, error) {
 				return c.controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
-					VolumeId: args[0], CapacityRange: &csi.CapacityRange{RequiredBytes: int64(size)}, Secrets: secrets})
+					VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: int64(size)}, Secrets: secrets})
 			}, func(out io.Writer, resp *csi.ControllerExpandVolumeResponse) {
-				fmt.Fprintf(out, "expanded volume %s to %s; node expansion required: %t\n", args[0], sizeText(resp.GetCapacityBytes()), resp.GetNodeExpansionRequired())
+				fmt.Fprintf(out, "expanded volume %s to %s; node expansion required: %t\n", id, sizeText(resp.GetCapacityBytes()), resp.GetNodeExpansionRequired())
 			})
 		}),
 	}
+	cmd.Flags().StringVar(&volume, "volume", "", "volume ID (required)")
 	cmd.Flags().Var(&size, "size", "new required_bytes, e.g. 2Gi (required)")
 	cmd.Flags().Var(secrets, "secret", "secret (repeatable)")
 	return cmd

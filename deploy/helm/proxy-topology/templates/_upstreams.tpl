@@ -8,6 +8,31 @@ convention) and at /csi/upstreams/<name>/ in proxy-topology's; connection
 <name> is rendered with that endpoint (connections-secret.yaml).
 */}}
 
+{{/*
+What neither a pod nor the connections Secret can say on its own, checked
+once (config.yaml includes it; it renders nothing): an entry whose two
+sides are both off would still render its connection, every call to it
+UNAVAILABLE; and connections.<name> replaces the whole connection file,
+so an upstreams.<name>.connection beside it would be dropped unseen.
+*/}}
+{{- define "proxy-topology.checkUpstreams" -}}
+{{- $conns := .Values.connections | default dict -}}
+{{- range $name, $u := .Values.upstreams | default dict -}}
+{{- $u = $u | default dict -}}
+{{- $on := 0 -}}
+{{- range $side := list "controller" "node" -}}
+{{- $s := index $u $side | default dict -}}
+{{- if (hasKey $s "enabled" | ternary $s.enabled true) -}}{{- $on = add1 $on -}}{{- end -}}
+{{- end -}}
+{{- if eq $on 0 -}}
+{{- fail (printf "upstreams.%s: controller.enabled and node.enabled are both false, so no container serves connection %s and every call to it would fail; enable a side or remove the entry" $name $name) -}}
+{{- end -}}
+{{- if and (hasKey $conns $name) $u.connection -}}
+{{- fail (printf "connections.%s and upstreams.%s.connection both give connection %s: keep one (connections.%s is the whole connection file and would replace the upstream's)" $name $name $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The socket the upstream serves, as proxy-topology sees it. */}}
 {{- define "proxy-topology.upstreamEndpoint" -}}
 unix:///csi/upstreams/{{ . }}/csi.sock

@@ -328,7 +328,7 @@ func (c *cluster) writeKubeconfigAdmin(path string) error {
 // registrar does (type CSIPlugin, the driver's name, the node pod's
 // socket as kubelet sees it). Everything after, NodeGetInfo, the Node
 // labels and CSINode, is kubelet's. It returns when CSINode lists the
-// driver.
+// driver and the Node carries its zone label.
 func (r *realNodes) register(ctx context.Context, n *realNode) error {
 	sock := filepath.Join(n.kubeletDir(), "plugins", rnDriver, "csi.sock")
 	if err := waitSocket(sock, n.kubelet, time.Minute); err != nil {
@@ -344,7 +344,10 @@ func (r *realNodes) register(ctx context.Context, n *realNode) error {
 	for {
 		cn, err := r.c.client.StorageV1().CSINodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err == nil && slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == rnDriver }) {
-			return nil
+			node, err := r.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+			if err == nil && node.Labels[rnZoneKey] != "" {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -280,3 +280,115 @@ func TestRealNodeStorageClasses(t *testing.T) {
 		})
 	}
 }
+
+// TestRealNodeGroupSpread: one StorageClass across zones. Class rn-group
+// (WaitForFirstConsumer) names the group hp-group, members hp-z1 and
+// hp-z2; a StatefulSet of two replicas spread over the zones by the
+// label kubelet put on the Nodes. Each replica's claim is provisioned on
+// the member serving its pod's zone, kubelet publishes it on that node
+// through that member, and the pod's file is in that zone's storage.
+//
+// podManagementPolicy is Parallel: both pods are scheduled at once, and
+// kube-scheduler's spread still puts them in different zones. It counts
+// only nodes that carry the zone label, so the suite starts no test
+// before kubelet has labelled every node (realNodes.register): a node
+// still without it is no domain of the spread, and both pods could land
+// in the other zone.
+func TestRealNodeGroupSpread(t *testing.T) {
+	r := withRealNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const name = "spread"
+	labels := map[string]string{"app": name}
+	tmpl := rnWorkloadPod(labels, "", "")
+	tmpl.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: rnZoneKey, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+	}}
+	claim := rnClaim("data", "rn-group")
+	claim.Namespace = ""
+	ss := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rnNamespace},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr.To(int32(len(r.nodes))),
+			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			PodManagementPolicy:  appsv1.ParallelPodManagement,
+			Template:             tmpl,
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
+		},
+	}
+	before := map[string]map[string]int{}
+	for _, n := range r.nodes {
+		m, err := n.metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[n.name] = m
+	}
+	start := time.Now()
+	if _, err := r.c.client.AppsV1().StatefulSets(rnNamespace).Create(ctx, ss, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]string{}
+	var pvs []string
+	for i := range len(r.nodes) {
+		podName := fmt.Sprintf("%s-%d", name, i)
+		pod := r.waitPod(t, ctx, "statefulset.kubernetes.io/pod-name="+podName)
+		n := r.node(t, pod.Spec.NodeName)
+		if other, dup := zones[n.zone]; dup {
+			t.Errorf("pods %s and %s both run in zone %s", other, podName, n.zone)
+		}
+		zones[n.zone] = podName
+		pvc, err := r.c.client.CoreV1().PersistentVolumeClaims(rnNamespace).Get(ctx, "data-"+podName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := r.c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pvs = append(pvs, pv.Name)
+		member := "hp-" + n.zone
+		if !strings.HasPrefix(pv.Spec.CSI.VolumeHandle, "v:"+member+"/") {
+			t.Errorf("%s in zone %s: volume %q, want one of member %s", podName, n.zone, pv.Spec.CSI.VolumeHandle, member)
+		}
+		var file string
+		waitFor(t, podName+"'s file in storage/"+n.zone, 30*time.Second, func() (bool, string) {
+			var err error
+			file, err = fileWith(filepath.Join(r.storage, n.zone), podName)
+			return err == nil, fmt.Sprint(err)
+		})
+		m, err := n.metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := callDelta(before[n.name], m)
+		if calls["NodePublishVolume "+member] != 1 || calls["NodeStageVolume "+member] != 1 {
+			t.Errorf("%s on %s: node plugin calls %v, want one NodeStageVolume and one NodePublishVolume for %s", podName, n.name, calls, member)
+		}
+		t.Logf("%s on %s (zone %s): volume %s; file %s; node plugin calls %v", podName, n.name, n.zone, pv.Spec.CSI.VolumeHandle, file, calls)
+	}
+	t.Logf("%d replicas running in %s", len(r.nodes), time.Since(start).Round(time.Millisecond))
+
+	if err := r.c.client.AppsV1().StatefulSets(rnNamespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the StatefulSet's pods gone", time.Minute, func() (bool, string) {
+		pods, err := r.c.client.CoreV1().Pods(rnNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		return err == nil && len(pods.Items) == 0, fmt.Sprint(err)
+	})
+	for i := range len(r.nodes) {
+		if err := r.c.client.CoreV1().PersistentVolumeClaims(rnNamespace).Delete(ctx, fmt.Sprintf("data-%s-%d", name, i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the group's PVs deleted", time.Minute, func() (bool, string) {
+		var left []string
+		for _, pv := range pvs {
+			if _, err := r.c.client.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				left = append(left, pv)
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}

@@ -105,7 +105,7 @@ func startRealNodes(c *cluster) (r *realNodes, err error) {
 	// containerd (runc) makes /k8s.io in every cgroup hierarchy; those it
 	// makes here are removed at the end.
 	r.cgroups, _ = filepath.Glob("/sys/fs/cgroup/*/k8s.io")
-	for _, d := range []string{"z1", "z2", "any"} {
+	for _, d := range []string{"z1", "z2", "any", "up1"} {
 		if err := os.MkdirAll(filepath.Join(r.storage, d), 0o755); err != nil {
 			return r, err
 		}
@@ -220,7 +220,9 @@ func (r *realNodes) values() map[string]any {
 			"driverRegistrar": map[string]any{"enabled": r.driverRegistrar},
 			"livenessProbe":   map[string]any{"enabled": false},
 		},
+		"upstreams": map[string]any{"up1": r.upstream()},
 		"storageClasses": []any{
+			class("rn-upstream", "up1", "Immediate"),
 			class("rn-immediate", "hp-any", "Immediate"),
 			allowed,
 			class("rn-first-consumer", "hp-z1", "WaitForFirstConsumer"),
@@ -346,7 +348,10 @@ func (r *realNodes) register(ctx context.Context, n *realNode) error {
 		if err == nil && slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == rnDriver }) {
 			node, err := r.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 			if err == nil && node.Labels[rnZoneKey] != "" {
-				return nil
+				// The node plugin's calls at registration, for
+				// TestRealNodeLabels (a later restart resets them).
+				n.registrationCalls, err = n.metrics(ctx)
+				return err
 			}
 		}
 		select {
@@ -410,17 +415,25 @@ func (n *realNode) metrics(ctx context.Context) (map[string]int, error) {
 	return parseCalls(body), nil
 }
 
-// parseCalls turns csi_requests_total lines into "Method connection" →
-// count of OK calls.
+// parseCalls turns the proxy's call counters into counts of OK calls:
+// csi_requests_total (calls the proxy served) as "Method connection",
+// upstream_requests_total (calls it made to an upstream) as
+// "upstream Method connection".
 func parseCalls(body []byte) map[string]int {
 	out := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "proxy_topology_csi_requests_total{") {
+		var kind string
+		switch {
+		case strings.HasPrefix(line, "proxy_topology_csi_requests_total{"):
+		case strings.HasPrefix(line, "proxy_topology_upstream_requests_total{"):
+			kind = "upstream "
+		default:
 			continue
 		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "proxy_topology_csi_requests_total{"), "} ")
+		_, rest, _ := strings.Cut(line, "{")
+		labels, value, ok := strings.Cut(rest, "} ")
 		if !ok {
 			continue
 		}
@@ -437,7 +450,7 @@ func parseCalls(body []byte) map[string]int {
 		if i := strings.LastIndex(method, "/"); i >= 0 {
 			method = method[i+1:]
 		}
-		out[method+" "+l["connection"]] += int(f)
+		out[kind+method+" "+l["connection"]] += int(f)
 	}
 	return out
 }

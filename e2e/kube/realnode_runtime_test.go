@@ -74,6 +74,9 @@ type realNode struct {
 	containerd     *proc
 	kubelet        *proc
 	socket         string
+	// registrationCalls are the node plugin's calls when kubelet had
+	// registered it.
+	registrationCalls map[string]int
 	// madeDirs are directories of the machine made for the mount points
 	// (removed at the end when still empty).
 	madeDirs []string

@@ -157,7 +157,10 @@ func callDelta(before, after map[string]int) map[string]int {
 // Deployment unpublishes and unstages (one NodeUnpublishVolume and one
 // NodeUnstageVolume, no mount of the volume left in the node's mount
 // namespace); deleting the claim deletes the volume (its directory).
-func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storageDir string) {
+//
+// It returns the node the pod ran on and that node plugin's calls (OK,
+// from its metrics) over the whole cycle.
+func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storageDir string) (*realNode, map[string]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -173,7 +176,7 @@ func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storage
 	pod := r.rnDeploy(t, ctx, name, class, zone)
 	n := r.node(t, pod.Spec.NodeName)
 	// A zone's storage is only reachable in that zone.
-	if storageDir != "any" && n.zone != storageDir {
+	if strings.HasPrefix(storageDir, "z") && n.zone != storageDir {
 		t.Errorf("pod %s runs on %s in zone %s, want zone %s (its storage's)", pod.Name, n.name, n.zone, storageDir)
 	}
 	claim, err := r.c.client.CoreV1().PersistentVolumeClaims(rnNamespace).Get(ctx, name, metav1.GetOptions{})
@@ -255,6 +258,7 @@ func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storage
 		_, ferr := os.Stat(file)
 		return apierrors.IsNotFound(err) && errors.Is(ferr, fs.ErrNotExist), fmt.Sprintf("PV: %v; file: %v", err, ferr)
 	})
+	return n, callDelta(before[n.name], final)
 }
 
 // TestRealNodeStorageClasses: the three StorageClass kinds with pods

@@ -167,7 +167,10 @@ node-runtime:
 ## node-images: the image archives e2e-node imports into each node's
 ## containerd (never pulled): the proxy (image-archive), a pause image for
 ## the sandboxes, the test workload (e2e/node/), and csi-provisioner from
-## the static binary csi-tools builds. All with tools/image.
+## the static binary csi-tools builds, and node-driver-registrar when its
+## binary is given (CSI_NODE_DRIVER_REGISTRAR, see e2e-kube; static). All
+## with tools/image.
+REGISTRAR_TAG = $(lastword $(subst -, ,$(notdir $(CSI_NODE_DRIVER_REGISTRAR))))
 IMAGE_TOOL := cd tools/image && $(GO) run .
 node-images: image-archive csi-tools
 	@mkdir -p $(E2E_NODE_IMAGES) bin
@@ -179,6 +182,10 @@ node-images: image-archive csi-tools
 	$(IMAGE_TOOL) -binary $(CSI_PROVISIONER) -entrypoint /csi-provisioner -o $(E2E_NODE_IMAGES)/csi-provisioner.tar \
 	  -tag $(E2E_IMAGE_PREFIX)/csi-provisioner:$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
 	  -version $(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6)
+	@if [ -n "$(CSI_NODE_DRIVER_REGISTRAR)" ]; then \
+	  $(IMAGE_TOOL) -binary $(CSI_NODE_DRIVER_REGISTRAR) -entrypoint /csi-node-driver-registrar -o $(E2E_NODE_IMAGES)/csi-node-driver-registrar.tar \
+	    -tag $(E2E_IMAGE_PREFIX)/csi-node-driver-registrar:$(REGISTRAR_TAG) -version $(REGISTRAR_TAG); \
+	else rm -f $(E2E_NODE_IMAGES)/csi-node-driver-registrar.tar; fi
 
 kube-tools: $(KUBE_APISERVER) $(KUBE_SCHEDULER) $(KUBE_CONTROLLER_MANAGER) $(HELM) $(KUSTOMIZE)
 

@@ -100,7 +100,7 @@ func withRealNodes(t *testing.T) *realNodes {
 }
 
 func startRealNodes(c *cluster) (r *realNodes, err error) {
-	r = &realNodes{c: c, storage: filepath.Join(c.dir, "storage")}
+	r = &realNodes{c: c, storage: filepath.Join(c.dir, "storage"), driverRegistrar: nodeTools["CSI_NODE_DRIVER_REGISTRAR"] != ""}
 	rn = r
 	// containerd (runc) makes /k8s.io in every cgroup hierarchy; those it
 	// makes here are removed at the end.
@@ -217,7 +217,7 @@ func (r *realNodes) values() map[string]any {
 		"node": map[string]any{
 			"hostNetwork": true, "tolerations": tolerate,
 			"driver":          map[string]any{"metricsPort": rnNodeMetrics},
-			"driverRegistrar": map[string]any{"enabled": r.driverRegistrar},
+			"driverRegistrar": r.registrarValues(),
 			"livenessProbe":   map[string]any{"enabled": false},
 		},
 		"upstreams": map[string]any{"up1": r.upstream()},
@@ -230,6 +230,15 @@ func (r *realNodes) values() map[string]any {
 		},
 		"volumeSnapshotClasses": []any{},
 	}
+}
+
+// registrarValues: the real node-driver-registrar from the image of the
+// binary given (make node-images), or none and the test's stand-in.
+func (r *realNodes) registrarValues() map[string]any {
+	if !r.driverRegistrar {
+		return map[string]any{"enabled": false}
+	}
+	return map[string]any{"enabled": true, "image": imageRef("csi-node-driver-registrar:" + toolVersion(nodeTools["CSI_NODE_DRIVER_REGISTRAR"]))}
 }
 
 // installChart runs helm install as a user would, and waits for the

@@ -47,6 +47,12 @@ func findNodeTools() error {
 		}
 		nodeTools[name] = p
 	}
+	// The real node-driver-registrar, when its binary was given (its image
+	// is then in E2E_NODE_IMAGES); otherwise the test's stand-in.
+	if reg := os.Getenv("CSI_NODE_DRIVER_REGISTRAR"); reg != "" {
+		nodeTools["CSI_NODE_DRIVER_REGISTRAR"] = reg
+		nodeImages = append(nodeImages, "csi-node-driver-registrar.tar")
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("e2e-node tools are missing: %s (make e2e-node builds kubelet and the images and installs containerd and runc from Debian when root)", strings.Join(missing, "; "))
 	}

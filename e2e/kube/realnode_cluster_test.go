@@ -90,7 +90,11 @@ func withRealNodes(t *testing.T) *realNodes {
 		start := time.Now()
 		rn, realNodesErr = startRealNodes(c)
 		if realNodesErr == nil {
-			fmt.Fprintf(os.Stderr, "e2e/kube: %d real nodes and the chart ready in %s\n", len(rn.nodes), time.Since(start).Round(time.Millisecond))
+			reg := "the test's stand-in for node-driver-registrar (no CSI_NODE_DRIVER_REGISTRAR binary)"
+			if rn.driverRegistrar {
+				reg = "node-driver-registrar " + toolVersion(nodeTools["CSI_NODE_DRIVER_REGISTRAR"]) + " in the node pods"
+			}
+			fmt.Fprintf(os.Stderr, "e2e/kube: %d real nodes and the chart ready in %s; plugin registration by %s\n", len(rn.nodes), time.Since(start).Round(time.Millisecond), reg)
 		}
 	})
 	if realNodesErr != nil {
@@ -333,8 +337,9 @@ func (c *cluster) writeKubeconfigAdmin(path string) error {
 }
 
 // register makes kubelet register the driver on n. The chart's
-// node-driver-registrar would; its module is not served by the Go module
-// proxy this machine reaches, so without its binary the test serves the
+// node-driver-registrar does when its image was built (its binary given);
+// its module is not served by the Go module proxy this machine reaches,
+// so without its binary the test serves the
 // kubelet plugin-registration socket itself, answering GetInfo as the
 // registrar does (type CSIPlugin, the driver's name, the node pod's
 // socket as kubelet sees it). Everything after, NodeGetInfo, the Node

@@ -151,7 +151,7 @@ e2e-node: kube-tools csi-tools etcd node-runtime node-images $(KUBELET)
 	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) KUBELET=$(KUBELET) \
 	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
 	  CSI_SNAPSHOTTER=$(CSI_SNAPSHOTTER) SNAPSHOT_CONTROLLER=$(SNAPSHOT_CONTROLLER) \
-	  CSI_NODE_DRIVER_REGISTRAR="$(CSI_NODE_DRIVER_REGISTRAR)" \
+	  CSI_NODE_DRIVER_REGISTRAR="$(CSI_NODE_DRIVER_REGISTRAR)" CSI_LIVENESSPROBE="$(CSI_LIVENESSPROBE)" \
 	  E2E_NODE_IMAGES=$(E2E_NODE_IMAGES) E2E_IMAGE_PREFIX=$(E2E_IMAGE_PREFIX) PROXY_IMAGE=$(IMAGE) \
 	  CSI_PROVISIONER_VERSION=$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
 	  $(GO) test $(TESTFLAGS) -timeout 15m -run '$(E2E_NODE_RUN)' ./e2e/kube/
@@ -167,10 +167,10 @@ node-runtime:
 ## node-images: the image archives e2e-node imports into each node's
 ## containerd (never pulled): the proxy (image-archive), a pause image for
 ## the sandboxes, the test workload (e2e/node/), and csi-provisioner from
-## the static binary csi-tools builds, and node-driver-registrar when its
-## binary is given (CSI_NODE_DRIVER_REGISTRAR, see e2e-kube; static). All
+## the static binary csi-tools builds, and node-driver-registrar and
+## livenessprobe when their static binaries are given
+## (CSI_NODE_DRIVER_REGISTRAR, CSI_LIVENESSPROBE, as for e2e-kube). All
 ## with tools/image.
-REGISTRAR_TAG = $(lastword $(subst -, ,$(notdir $(CSI_NODE_DRIVER_REGISTRAR))))
 IMAGE_TOOL := cd tools/image && $(GO) run .
 node-images: image-archive csi-tools
 	@mkdir -p $(E2E_NODE_IMAGES) bin
@@ -182,10 +182,12 @@ node-images: image-archive csi-tools
 	$(IMAGE_TOOL) -binary $(CSI_PROVISIONER) -entrypoint /csi-provisioner -o $(E2E_NODE_IMAGES)/csi-provisioner.tar \
 	  -tag $(E2E_IMAGE_PREFIX)/csi-provisioner:$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
 	  -version $(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6)
-	@if [ -n "$(CSI_NODE_DRIVER_REGISTRAR)" ]; then \
-	  $(IMAGE_TOOL) -binary $(CSI_NODE_DRIVER_REGISTRAR) -entrypoint /csi-node-driver-registrar -o $(E2E_NODE_IMAGES)/csi-node-driver-registrar.tar \
-	    -tag $(E2E_IMAGE_PREFIX)/csi-node-driver-registrar:$(REGISTRAR_TAG) -version $(REGISTRAR_TAG); \
-	else rm -f $(E2E_NODE_IMAGES)/csi-node-driver-registrar.tar; fi
+	@set -e; for bin in "$(CSI_NODE_DRIVER_REGISTRAR):csi-node-driver-registrar" "$(CSI_LIVENESSPROBE):livenessprobe"; do \
+	  path=$${bin%:*}; name=$${bin##*:}; \
+	  if [ -n "$$path" ]; then tag=$${path##*-}; \
+	    ( $(IMAGE_TOOL) -binary $$path -entrypoint /$$name -o $(E2E_NODE_IMAGES)/$$name.tar -tag $(E2E_IMAGE_PREFIX)/$$name:$$tag -version $$tag ); \
+	  else rm -f $(E2E_NODE_IMAGES)/$$name.tar; fi; \
+	done
 
 kube-tools: $(KUBE_APISERVER) $(KUBE_SCHEDULER) $(KUBE_CONTROLLER_MANAGER) $(HELM) $(KUSTOMIZE)
 

@@ -46,6 +46,9 @@ const (
 	// with that node's plugin.
 	rnNodeMetrics       = 9809
 	rnControllerMetrics = 9819
+	// The livenessprobe sidecars' ports, apart for the same reason.
+	rnNodeLiveness       = 9808
+	rnControllerLiveness = 9818
 )
 
 var realNodeZones = []string{"z1", "z2"}
@@ -94,7 +97,11 @@ func withRealNodes(t *testing.T) *realNodes {
 			if rn.driverRegistrar {
 				reg = "node-driver-registrar " + toolVersion(nodeTools["CSI_NODE_DRIVER_REGISTRAR"]) + " in the node pods"
 			}
-			fmt.Fprintf(os.Stderr, "e2e/kube: %d real nodes and the chart ready in %s; plugin registration by %s\n", len(rn.nodes), time.Since(start).Round(time.Millisecond), reg)
+			live := "no livenessprobe (no CSI_LIVENESSPROBE binary)"
+			if bin := nodeTools["CSI_LIVENESSPROBE"]; bin != "" {
+				live = "livenessprobe " + toolVersion(bin) + " in both pods"
+			}
+			fmt.Fprintf(os.Stderr, "e2e/kube: %d real nodes and the chart ready in %s; plugin registration by %s; %s\n", len(rn.nodes), time.Since(start).Round(time.Millisecond), reg, live)
 		}
 	})
 	if realNodesErr != nil {
@@ -213,7 +220,7 @@ func (r *realNodes) values() map[string]any {
 		"controller": map[string]any{
 			"hostNetwork": true, "tolerations": tolerate,
 			"driver":              map[string]any{"metricsPort": rnControllerMetrics},
-			"livenessProbe":       map[string]any{"enabled": false},
+			"livenessProbe":       livenessValues(rnControllerLiveness),
 			"externalProvisioner": map[string]any{"image": imageRef("csi-provisioner:" + nodeTools["CSI_PROVISIONER_VERSION"])},
 			"externalResizer":     map[string]any{"enabled": false},
 			"externalSnapshotter": map[string]any{"enabled": false},
@@ -222,7 +229,7 @@ func (r *realNodes) values() map[string]any {
 			"hostNetwork": true, "tolerations": tolerate,
 			"driver":          map[string]any{"metricsPort": rnNodeMetrics},
 			"driverRegistrar": r.registrarValues(),
-			"livenessProbe":   map[string]any{"enabled": false},
+			"livenessProbe":   livenessValues(rnNodeLiveness),
 		},
 		"upstreams": map[string]any{"up1": r.upstream()},
 		"storageClasses": []any{
@@ -243,6 +250,16 @@ func (r *realNodes) registrarValues() map[string]any {
 		return map[string]any{"enabled": false}
 	}
 	return map[string]any{"enabled": true, "image": imageRef("csi-node-driver-registrar:" + toolVersion(nodeTools["CSI_NODE_DRIVER_REGISTRAR"]))}
+}
+
+// livenessValues: the livenessprobe sidecar (and the proxy container's
+// livenessProbe on it) from the image of the binary given, or neither.
+func livenessValues(port int) map[string]any {
+	bin := nodeTools["CSI_LIVENESSPROBE"]
+	if bin == "" {
+		return map[string]any{"enabled": false}
+	}
+	return map[string]any{"enabled": true, "port": port, "image": imageRef("livenessprobe:" + toolVersion(bin))}
 }
 
 // installChart runs helm install as a user would, and waits for the

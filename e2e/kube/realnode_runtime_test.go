@@ -49,9 +49,12 @@ func findNodeTools() error {
 	}
 	// The real node-driver-registrar, when its binary was given (its image
 	// is then in E2E_NODE_IMAGES); otherwise the test's stand-in.
-	if reg := os.Getenv("CSI_NODE_DRIVER_REGISTRAR"); reg != "" {
-		nodeTools["CSI_NODE_DRIVER_REGISTRAR"] = reg
-		nodeImages = append(nodeImages, "csi-node-driver-registrar.tar")
+	// Likewise livenessprobe, in both pods.
+	for env, image := range map[string]string{"CSI_NODE_DRIVER_REGISTRAR": "csi-node-driver-registrar.tar", "CSI_LIVENESSPROBE": "livenessprobe.tar"} {
+		if bin := os.Getenv(env); bin != "" {
+			nodeTools[env] = bin
+			nodeImages = append(nodeImages, image)
+		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("e2e-node tools are missing: %s (make e2e-node builds kubelet and the images and installs containerd and runc from Debian when root)", strings.Join(missing, "; "))

@@ -147,6 +147,7 @@ E2E_IMAGE_PREFIX := proxy-topology.local/e2e
 # E2E_NODE_RUN: the tests e2e-node runs (a go test -run pattern)
 E2E_NODE_RUN ?= ^TestRealNode
 e2e-node: kube-tools csi-tools etcd node-runtime node-images $(KUBELET)
+	@mkdir -p $(RUN_DIR); rm -f $(RUN_DIR)/e2e-node.txt
 	PROXY_TOPOLOGY_E2E_KUBE=1 PROXY_TOPOLOGY_E2E_NODE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) \
 	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) KUBELET=$(KUBELET) \
 	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
@@ -154,7 +155,9 @@ e2e-node: kube-tools csi-tools etcd node-runtime node-images $(KUBELET)
 	  CSI_NODE_DRIVER_REGISTRAR="$(CSI_NODE_DRIVER_REGISTRAR)" CSI_LIVENESSPROBE="$(CSI_LIVENESSPROBE)" \
 	  E2E_NODE_IMAGES=$(E2E_NODE_IMAGES) E2E_IMAGE_PREFIX=$(E2E_IMAGE_PREFIX) PROXY_IMAGE=$(IMAGE) \
 	  CSI_PROVISIONER_VERSION=$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
-	  $(GO) test $(TESTFLAGS) -timeout 15m -run '$(E2E_NODE_RUN)' ./e2e/kube/
+	  E2E_NODE_REPORT=$(RUN_DIR)/e2e-node.txt \
+	  $(GO) test $(TESTFLAGS) -timeout 15m -run '$(E2E_NODE_RUN)' ./e2e/kube/; rc=$$?; \
+	  cat $(RUN_DIR)/e2e-node.txt 2>/dev/null; exit $$rc
 
 ## node-runtime: containerd and runc, the Debian packages, installed when
 ## missing and root (as etcd)

@@ -552,7 +552,15 @@ func reportRealNodes(code int) int {
 	if code != 0 && failed == 0 {
 		failed = 1 // the suite failed outside a test (start-up or clean-up)
 	}
-	fmt.Printf("e2e-node: %d nodes (kubelet %s, containerd %s): %d passed, %d failed\n", len(realNodeZones), toolVersion(nodeTools["KUBELET"]), version, passed, failed)
+	line := fmt.Sprintf("e2e-node: %d nodes (kubelet %s, containerd %s): %d passed, %d failed\n", len(realNodeZones), toolVersion(nodeTools["KUBELET"]), version, passed, failed)
+	fmt.Print(line)
+	// go test shows a passing package's output only with -v: make
+	// e2e-node prints this file after it.
+	if path := os.Getenv("E2E_NODE_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e/kube:", err)
+		}
+	}
 	if failed > 0 && code == 0 {
 		return 1
 	}

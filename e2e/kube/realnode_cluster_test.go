@@ -553,13 +553,10 @@ func reportRealNodes(code int) int {
 		failed = 1 // the suite failed outside a test (start-up or clean-up)
 	}
 	line := fmt.Sprintf("e2e-node: %d nodes (kubelet %s, containerd %s): %d passed, %d failed\n", len(realNodeZones), toolVersion(nodeTools["KUBELET"]), version, passed, failed)
-	fmt.Print(line)
 	// go test shows a passing package's output only with -v: make
 	// e2e-node prints this file after it.
-	if path := os.Getenv("E2E_NODE_REPORT"); path != "" {
-		if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e/kube:", err)
-		}
+	if path := os.Getenv("E2E_NODE_REPORT"); path == "" || os.WriteFile(path, []byte(line), 0o644) != nil {
+		fmt.Print(line)
 	}
 	if failed > 0 && code == 0 {
 		return 1

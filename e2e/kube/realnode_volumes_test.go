@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -137,6 +138,13 @@ func fileWith(dir, content string) (string, error) {
 	return found, err
 }
 
+// stagingPath is where kubelet stages a volume of the driver (its
+// device mount path: the SHA-256 of the handle under the driver's
+// plugin directory).
+func stagingPath(handle string) string {
+	return fmt.Sprintf("/plugins/kubernetes.io/csi/%s/%x/globalmount", rnDriver, sha256.Sum256([]byte(handle)))
+}
+
 // callDelta returns after minus before for the keys of after.
 func callDelta(before, after map[string]int) map[string]int {
 	d := map[string]int{}
@@ -204,6 +212,10 @@ func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storage
 	if !strings.Contains(mounts, "/volumes/kubernetes.io~csi/"+pvName+"/mount") {
 		t.Errorf("no mount of %s in %s's mount namespace", pvName, n.name)
 	}
+	staging := stagingPath(pv.Spec.CSI.VolumeHandle)
+	if !strings.Contains(mounts, staging) {
+		t.Errorf("no staging mount %s in %s's mount namespace", staging, n.name)
+	}
 	after, err := n.metrics(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +247,8 @@ func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storage
 	waitFor(t, "the pod's volume unmounted on "+n.name, time.Minute, func() (bool, string) {
 		_, err := r.c.client.CoreV1().Pods(rnNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		mounts, merr := n.mountinfo()
-		return apierrors.IsNotFound(err) && merr == nil && !strings.Contains(mounts, pvName), fmt.Sprintf("pod: %v; mount table: %v", err, merr)
+		return apierrors.IsNotFound(err) && merr == nil && !strings.Contains(mounts, pvName) && !strings.Contains(mounts, staging),
+			fmt.Sprintf("pod: %v; mount table: %v", err, merr)
 	})
 	final, err := n.metrics(ctx)
 	if err != nil {

@@ -11,7 +11,7 @@ RUN_DIR := $(CURDIR)/.run
 TESTFLAGS ?= -race -count=1
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit sanity interop e2e e2e-kube kube-tools csi-tools csi-modules etcd image image-archive bench bench-realwork lint fuzz clean
+.PHONY: all build run test unit sanity interop e2e e2e-kube e2e-node node-images node-runtime kube-tools csi-tools csi-modules etcd image image-archive bench bench-realwork lint fuzz clean
 
 all: build
 
@@ -49,10 +49,10 @@ run: build
 	@mkdir -p $(RUN_DIR)
 	$(BIN) serve --csi-endpoint unix://$(RUN_DIR)/csi/csi.sock --default-dir $(RUN_DIR)/default --node-id "$${NODE_NAME:-$$(hostname)}"
 
-## test: lint, unit tests, csi-sanity, e2e and e2e-kube, all under the race detector;
+## test: lint, unit tests, csi-sanity, e2e, e2e-kube and e2e-node, all under the race detector;
 ## a test that needs root fails here instead of skipping (internal/testbin.RequireRoot)
 test: export PROXY_TOPOLOGY_REQUIRE_ROOT = 1
-test: lint unit sanity e2e e2e-kube
+test: lint unit sanity e2e e2e-kube e2e-node
 
 unit:
 	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -e /tests/sanity -e /e2e)
@@ -98,6 +98,7 @@ KUSTOMIZE_VERSION := $(call tool_version,kustomize,sigs.k8s.io/kustomize/kustomi
 KUBE_APISERVER := $(CACHE_BIN)/kube-apiserver-$(KUBE_VERSION)
 KUBE_SCHEDULER := $(CACHE_BIN)/kube-scheduler-$(KUBE_VERSION)
 KUBE_CONTROLLER_MANAGER := $(CACHE_BIN)/kube-controller-manager-$(KUBE_VERSION)
+KUBELET := $(CACHE_BIN)/kubelet-$(KUBE_VERSION)
 HELM := $(CACHE_BIN)/helm-$(HELM_VERSION)
 KUSTOMIZE := $(CACHE_BIN)/kustomize-$(KUSTOMIZE_VERSION)
 # The kubernetes-csi sidecars, all from tools/csi: $(call csi_tool,VAR,cmd,module)
@@ -135,6 +136,62 @@ e2e-kube: kube-tools csi-tools csi-modules etcd
 	  CSI_NODE_DRIVER_REGISTRAR="$(CSI_NODE_DRIVER_REGISTRAR)" CSI_LIVENESSPROBE="$(CSI_LIVENESSPROBE)" \
 	  $(GO) test $(TESTFLAGS) -timeout 15m ./e2e/kube/
 
+## e2e-node: real nodes (a containerd and a kubelet each, in their own
+## network and mount namespaces) joined to the e2e-kube control plane, the
+## chart installed with helm and its pods run as containers by kubelet
+## (docs/kubernetes.md "Run it on real nodes"). Root; containerd and runc
+## from Debian (installed when missing), kubelet built into .cache/bin, the
+## images by node-images.
+E2E_NODE_IMAGES := $(CURDIR)/.cache/images
+E2E_IMAGE_PREFIX := proxy-topology.local/e2e
+# E2E_NODE_RUN: the tests e2e-node runs (a go test -run pattern)
+E2E_NODE_RUN ?= ^TestRealNode
+e2e-node: kube-tools csi-tools etcd node-runtime node-images $(KUBELET)
+	@mkdir -p $(RUN_DIR); rm -f $(RUN_DIR)/e2e-node.txt
+	PROXY_TOPOLOGY_E2E_KUBE=1 PROXY_TOPOLOGY_E2E_NODE=1 KUBE_APISERVER=$(KUBE_APISERVER) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) \
+	  KUBE_SCHEDULER=$(KUBE_SCHEDULER) KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) KUBELET=$(KUBELET) \
+	  CSI_PROVISIONER=$(CSI_PROVISIONER) CSI_ATTACHER=$(CSI_ATTACHER) CSI_RESIZER=$(CSI_RESIZER) \
+	  CSI_SNAPSHOTTER=$(CSI_SNAPSHOTTER) SNAPSHOT_CONTROLLER=$(SNAPSHOT_CONTROLLER) \
+	  CSI_NODE_DRIVER_REGISTRAR="$(CSI_NODE_DRIVER_REGISTRAR)" CSI_LIVENESSPROBE="$(CSI_LIVENESSPROBE)" \
+	  E2E_NODE_IMAGES=$(E2E_NODE_IMAGES) E2E_IMAGE_PREFIX=$(E2E_IMAGE_PREFIX) PROXY_IMAGE=$(IMAGE) \
+	  CSI_PROVISIONER_VERSION=$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
+	  E2E_NODE_REPORT=$(RUN_DIR)/e2e-node.txt \
+	  $(GO) test $(TESTFLAGS) -timeout 15m -run '$(E2E_NODE_RUN)' ./e2e/kube/; rc=$$?; \
+	  cat $(RUN_DIR)/e2e-node.txt 2>/dev/null; exit $$rc
+
+## node-runtime: containerd and runc, the Debian packages, installed when
+## missing and root (as etcd)
+node-runtime:
+	@command -v containerd >/dev/null && command -v runc >/dev/null && exit 0; \
+	if [ "$$(id -u)" != 0 ]; then echo "containerd or runc is missing: apt-get install containerd runc (as root)"; exit 1; fi; \
+	echo "installing containerd and runc"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc >/dev/null
+
+## node-images: the image archives e2e-node imports into each node's
+## containerd (never pulled): the proxy (image-archive), a pause image for
+## the sandboxes, the test workload (e2e/node/), and csi-provisioner from
+## the static binary csi-tools builds, and node-driver-registrar and
+## livenessprobe when their static binaries are given
+## (CSI_NODE_DRIVER_REGISTRAR, CSI_LIVENESSPROBE, as for e2e-kube). All
+## with tools/image.
+IMAGE_TOOL := cd tools/image && $(GO) run .
+node-images: image-archive csi-tools
+	@mkdir -p $(E2E_NODE_IMAGES) bin
+	cp $(IMAGE_ARCHIVE) $(E2E_NODE_IMAGES)/proxy-topology.tar
+	@set -e; for p in pause workload; do \
+	  CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "-s -w" -o bin/e2e-$$p ./e2e/node/$$p; \
+	  ( $(IMAGE_TOOL) -binary $(abspath bin)/e2e-$$p -entrypoint /$$p -o $(E2E_NODE_IMAGES)/$$p.tar -tag $(E2E_IMAGE_PREFIX)/$$p:1 -version 1 ); \
+	done
+	$(IMAGE_TOOL) -binary $(CSI_PROVISIONER) -entrypoint /csi-provisioner -o $(E2E_NODE_IMAGES)/csi-provisioner.tar \
+	  -tag $(E2E_IMAGE_PREFIX)/csi-provisioner:$(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6) \
+	  -version $(call tool_version,csi,github.com/kubernetes-csi/external-provisioner/v6)
+	@set -e; for bin in "$(CSI_NODE_DRIVER_REGISTRAR):csi-node-driver-registrar" "$(CSI_LIVENESSPROBE):livenessprobe"; do \
+	  path=$${bin%:*}; name=$${bin##*:}; \
+	  if [ -n "$$path" ]; then tag=$${path##*-}; \
+	    ( $(IMAGE_TOOL) -binary $$path -entrypoint /$$name -o $(E2E_NODE_IMAGES)/$$name.tar -tag $(E2E_IMAGE_PREFIX)/$$name:$$tag -version $$tag ); \
+	  else rm -f $(E2E_NODE_IMAGES)/$$name.tar; fi; \
+	done
+
 kube-tools: $(KUBE_APISERVER) $(KUBE_SCHEDULER) $(KUBE_CONTROLLER_MANAGER) $(HELM) $(KUSTOMIZE)
 
 csi-tools: $(CSI_TOOLS)
@@ -159,9 +216,15 @@ $(CACHE_BIN)/kube-%-$(KUBE_VERSION):
 	cd tools/kube && time $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-$*
 	mv $@.tmp $@
 
+# kubelet, for e2e-node, from the same module and ldflags.
+$(KUBELET):
+	@mkdir -p $(CACHE_BIN); echo "building kubelet $(KUBE_VERSION) (first run only)"
+	cd tools/kube && time $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubelet
+	mv $@.tmp $@
+
 $(CSI_TOOLS):
 	@mkdir -p $(CACHE_BIN); echo "building $(notdir $@) (first run only)"
-	cd tools/csi && time $(GO) build -trimpath -ldflags "-s -w -X main.version=$(CSI_VERSION)" -o $@.tmp $(CSI_PKG)
+	cd tools/csi && time CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(CSI_VERSION)" -o $@.tmp $(CSI_PKG)
 	mv $@.tmp $@
 
 $(HELM):

@@ -170,7 +170,11 @@ func startCluster() (*cluster, error) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+pki.saPub, "--service-account-signing-key-file="+pki.saKey,
 		"--service-cluster-ip-range=10.96.0.0/24",
-		"--authorization-mode=RBAC",
+		// Node: e2e-node's kubelets, as system:node:<name>.
+		"--authorization-mode=Node,RBAC",
+		// A kubelet's InternalIP is what the API server would dial (it
+		// never does here: no logs or exec); never a node name.
+		"--kubelet-preferred-address-types=InternalIP",
 		// 127.0.0.1 cannot be the kubernetes Service's endpoint.
 		"--endpoint-reconciler-type=none",
 		// The node plugin is privileged; clusters that run CSI drivers
@@ -349,6 +353,9 @@ type pki struct {
 	// kube-scheduler and kube-controller-manager, which the API server's
 	// bootstrap RBAC authorizes as they are.
 	components map[string][2][]byte
+	// issue signs a certificate with the CA (e2e-node's kubelets get
+	// theirs from it).
+	issue func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string) (certPEM, keyPEM []byte, err error)
 }
 
 func writePKI(dir string) (*pki, error) {
@@ -394,6 +401,7 @@ func writePKI(dir string) (*pki, error) {
 		}
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 	}
+	p.issue = issue
 	serverCert, serverKey, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}, []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,14 @@ var kcmControllers = []string{
 	"statefulset-controller",
 }
 
+// nodeControllers are added for e2e-node (realNodeSuite), whose kubelets
+// run the chart's DaemonSet and mount ServiceAccount tokens with the
+// kube-root-ca.crt ConfigMap.
+var nodeControllers = []string{
+	"daemonset-controller",
+	"root-ca-certificate-publisher-controller",
+}
+
 var (
 	controlPlaneOnce sync.Once
 	controlPlaneErr  error
@@ -54,6 +63,13 @@ var (
 func withControlPlane(t *testing.T) *cluster {
 	t.Helper()
 	c := deployed(t)
+	c.controlPlane(t)
+	return c
+}
+
+// controlPlane starts kube-scheduler and kube-controller-manager once.
+func (c *cluster) controlPlane(t *testing.T) {
+	t.Helper()
 	controlPlaneOnce.Do(func() {
 		start := time.Now()
 		controlPlaneErr = c.startControlPlane()
@@ -64,7 +80,6 @@ func withControlPlane(t *testing.T) *cluster {
 	if controlPlaneErr != nil {
 		t.Fatal(controlPlaneErr)
 	}
-	return c
 }
 
 func (c *cluster) startControlPlane() error {
@@ -89,8 +104,12 @@ func (c *cluster) startControlPlane() error {
 	if err := c.start("kube-scheduler", tools["KUBE_SCHEDULER"], common(schedKC)...); err != nil {
 		return err
 	}
+	controllers := kcmControllers
+	if realNodeSuite {
+		controllers = append(slices.Clip(controllers), nodeControllers...)
+	}
 	if err := c.start("kube-controller-manager", tools["KUBE_CONTROLLER_MANAGER"], append(common(kcmKC),
-		"--controllers="+strings.Join(kcmControllers, ","),
+		"--controllers="+strings.Join(controllers, ","),
 		"--use-service-account-credentials=true",
 		// A test cluster: PVs are reclaimed at once, not after the
 		// default sync periods.

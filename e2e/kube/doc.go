@@ -12,4 +12,12 @@
 // kustomize once into .cache/bin and sets PROXY_TOPOLOGY_E2E_KUBE=1 plus
 // the binaries' paths. Without that variable every test skips, so
 // `go test ./e2e/...` never starts an API server by accident.
+//
+// The TestRealNode tests (realnode_*_test.go) run with real kubelets:
+// `make e2e-node` builds kubelet and the images, sets
+// PROXY_TOPOLOGY_E2E_NODE=1 too, and runs only them; two nodes, each a
+// containerd and a kubelet in a network and a mount namespace of their
+// own (realnode_netns_test.go), join the same control plane, and the
+// chart's pods run as containers (docs/kubernetes.md "Run it on real
+// nodes"). The configs and test programs are in e2e/node.
 package kube

@@ -245,3 +245,61 @@ func TestHelmNodeLocalNeedsNoController(t *testing.T) {
 		t.Error("nodeLocal.enabled=true with controller.enabled=false renders nothing")
 	}
 }
+
+// TestHelmNodeOptions: the values for clusters without a pod network or
+// without the registrar and livenessprobe images (e2e-node installs with
+// them): hostNetwork on each pod (with ClusterFirstWithHostNet), the
+// registrar and the liveness-probe containers gone, and with the latter
+// the proxy container's livenessProbe and healthz port, which would
+// point at nothing; its readinessProbe stays. The API accepts the
+// objects (dry run). The defaults keep all of them (TestHelmMatchesManifests).
+func TestHelmNodeOptions(t *testing.T) {
+	c := getCluster(t)
+	objs := helmTemplate(t, "--set", "controller.hostNetwork=true", "--set", "node.hostNetwork=true",
+		"--set", "node.driverRegistrar.enabled=false", "--set", "node.livenessProbe.enabled=false",
+		"--set", "controller.livenessProbe.enabled=false")
+	want := map[string][]string{
+		"DaemonSet":  {"proxy-topology"},
+		"Deployment": {"proxy-topology", "csi-provisioner", "csi-resizer", "csi-snapshotter"},
+	}
+	for _, o := range objs {
+		names, ok := want[o.GetKind()]
+		if !ok {
+			continue
+		}
+		delete(want, o.GetKind())
+		spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+		if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+			t.Errorf("%s: hostNetwork %v, dnsPolicy %v; want true, ClusterFirstWithHostNet", key(o), spec["hostNetwork"], spec["dnsPolicy"])
+		}
+		ctrs, _, _ := unstructured.NestedSlice(spec, "containers")
+		var got []string
+		for _, ci := range ctrs {
+			ctr := ci.(map[string]any)
+			got = append(got, ctr["name"].(string))
+			if ctr["name"] != "proxy-topology" {
+				continue
+			}
+			if _, has := ctr["livenessProbe"]; has {
+				t.Errorf("%s: proxy-topology keeps a livenessProbe without the liveness-probe sidecar", key(o))
+			}
+			if _, has := ctr["readinessProbe"]; !has {
+				t.Errorf("%s: proxy-topology lost its readinessProbe", key(o))
+			}
+			ports, _, _ := unstructured.NestedSlice(ctr, "ports")
+			for _, p := range ports {
+				if p.(map[string]any)["name"] == "healthz" {
+					t.Errorf("%s: proxy-topology keeps the healthz port without the liveness-probe sidecar", key(o))
+				}
+			}
+		}
+		if !slices.Equal(got, names) {
+			t.Errorf("%s: containers %v, want %v", key(o), got, names)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("not rendered: %v", want)
+	}
+	c.ensureNamespace(t, Namespace)
+	c.dryRunAll(t, "helm template with the node options", objs)
+}

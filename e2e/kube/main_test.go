@@ -25,6 +25,9 @@ var (
 	repoRoot string
 	// skipReason is non-empty when the suite is not asked to run.
 	skipReason string
+	// realNodeSuite: make e2e-node asked for the TestRealNode tests
+	// (EnvNode), which run real kubelets and containerd.
+	realNodeSuite = os.Getenv(EnvNode) != ""
 )
 
 // tools are the external binaries, from env vars set by make e2e-kube.
@@ -55,6 +58,12 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e/kube: %s is set, but %v\n", EnvEnable, err)
 		return 1
 	}
+	if realNodeSuite {
+		if err := findNodeTools(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e/kube: %s is set, but %v\n", EnvNode, err)
+			return 1
+		}
+	}
 	bin, cleanup, err := testbin.Build(repoRoot, raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/kube:", err)
@@ -63,7 +72,14 @@ func runMain(m *testing.M) int {
 	defer cleanup()
 	binary = bin
 	code := m.Run()
+	if err := stopRealNodes(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/kube: stopping the real nodes:", err)
+		code = 1
+	}
 	stopCluster()
+	if realNodeSuite {
+		code = reportRealNodes(code)
+	}
 	return code
 }
 

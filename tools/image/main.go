@@ -7,6 +7,11 @@
 // CMD serve, USER 0:0 and its OCI labels. `make image` runs it when no
 // docker or podman is installed (`make image-archive` always).
 //
+// With -entrypoint it writes any other static binary the same way (the
+// images `make node-images` builds for e2e-node: a pause image, a test
+// workload and the kubernetes-csi sidecars): the binary at that path,
+// no CMD, and only the title and version labels.
+//
 // The archive is reproducible: every file time and the image's creation
 // time are SOURCE_DATE_EPOCH (0 when unset), so the same binary gives the
 // same image digest.
@@ -21,7 +26,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -31,24 +38,29 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// entrypoint is where the binary lives in the image, as in the Dockerfile.
-const entrypoint = "/usr/local/bin/proxy-topology"
+// proxyEntrypoint is where the proxy's binary lives in the image, as in
+// the Dockerfile.
+const proxyEntrypoint = "/usr/local/bin/proxy-topology"
 
 func main() {
 	binary := flag.String("binary", "", "the static proxy-topology binary (CGO_ENABLED=0)")
 	out := flag.String("o", "bin/proxy-topology-image.tar", "the archive to write")
 	tag := flag.String("tag", "ghcr.io/democratic-csi/proxy-topology:0.1.0", "the image's name and tag in the archive")
 	version := flag.String("version", "dev", "org.opencontainers.image.version (the Dockerfile's VERSION build arg)")
+	entrypoint := flag.String("entrypoint", proxyEntrypoint, "where the binary lives in the image; another path than the proxy's makes a plain image of that binary (no CMD, no proxy labels)")
 	flag.Parse()
-	if err := run(*binary, *out, *tag, *version); err != nil {
+	if err := run(*binary, *out, *tag, *version, *entrypoint); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(binary, out, tag, version string) error {
+func run(binary, out, tag, version, entrypoint string) error {
 	if binary == "" {
 		return errors.New("-binary is required")
+	}
+	if !strings.HasPrefix(entrypoint, "/") || strings.HasSuffix(entrypoint, "/") || path.Clean(entrypoint) != entrypoint {
+		return fmt.Errorf("-entrypoint %q: want a clean absolute file path", entrypoint)
 	}
 	ref, err := name.NewTag(tag)
 	if err != nil {
@@ -66,7 +78,7 @@ func run(binary, out, tag, version string) error {
 	if err != nil {
 		return err
 	}
-	layerTar, err := rootfs(data, created)
+	layerTar, err := rootfs(data, entrypoint, created)
 	if err != nil {
 		return err
 	}
@@ -101,6 +113,13 @@ func run(binary, out, tag, version string) error {
 			"org.opencontainers.image.source":      "https://github.com/democratic-csi/proxy-topology",
 			"org.opencontainers.image.version":     version,
 		},
+	}
+	if entrypoint != proxyEntrypoint {
+		cfg.Config.Entrypoint, cfg.Config.Cmd = []string{entrypoint}, nil
+		cfg.Config.Labels = map[string]string{
+			"org.opencontainers.image.title":   path.Base(entrypoint),
+			"org.opencontainers.image.version": version,
+		}
 	}
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
@@ -158,17 +177,19 @@ func sourceDateEpoch() (time.Time, error) {
 }
 
 // rootfs is the image's one layer: the directories down to the binary,
-// the binary, and /tmp (sticky, world-writable, as on distroless).
-func rootfs(binary []byte, mtime time.Time) ([]byte, error) {
+// the binary at entrypoint, and /tmp (sticky, world-writable, as on
+// distroless).
+func rootfs(binary []byte, entrypoint string, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	entries := []tar.Header{
-		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777},
-		{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: "usr/local/", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: "usr/local/bin/", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: entrypoint[1:], Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(binary))},
+	entries := []tar.Header{{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777}}
+	parts := strings.Split(entrypoint[1:], "/")
+	for i := 1; i < len(parts); i++ {
+		if dir := strings.Join(parts[:i], "/") + "/"; dir != "tmp/" {
+			entries = append(entries, tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755})
+		}
 	}
+	entries = append(entries, tar.Header{Name: entrypoint[1:], Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(binary))})
 	for _, h := range entries {
 		h.ModTime, h.Format = mtime, tar.FormatPAX
 		if err := tw.WriteHeader(&h); err != nil {

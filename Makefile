@@ -177,6 +177,9 @@ node-runtime:
 IMAGE_TOOL := cd tools/image && $(GO) run .
 node-images: image-archive csi-tools
 	@mkdir -p $(E2E_NODE_IMAGES) bin
+	@# a csi-provisioner cached before the sidecars were built static: once again
+	@if ! $(GO) version -m $(CSI_PROVISIONER) | grep -q 'CGO_ENABLED=0'; then \
+	  echo "$(CSI_PROVISIONER) is not static: building it again"; rm -f $(CSI_PROVISIONER); $(MAKE) --no-print-directory $(CSI_PROVISIONER); fi
 	cp $(IMAGE_ARCHIVE) $(E2E_NODE_IMAGES)/proxy-topology.tar
 	@set -e; for p in pause workload; do \
 	  CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "-s -w" -o bin/e2e-$$p ./e2e/node/$$p; \

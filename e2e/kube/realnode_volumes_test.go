@@ -106,6 +106,20 @@ func (r *realNodes) waitPod(t *testing.T, ctx context.Context, selector string) 
 	return pod
 }
 
+// allMetrics returns every node plugin's call counts, by node name.
+func (r *realNodes) allMetrics(t *testing.T, ctx context.Context) map[string]map[string]int {
+	t.Helper()
+	out := map[string]map[string]int{}
+	for _, n := range r.nodes {
+		m, err := n.metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n.name] = m
+	}
+	return out
+}
+
 // node returns the real node named name.
 func (r *realNodes) node(t *testing.T, name string) *realNode {
 	t.Helper()
@@ -172,14 +186,7 @@ func (r *realNodes) rnVolumeCycle(t *testing.T, name, class, conn, zone, storage
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	before := map[string]map[string]int{}
-	for _, n := range r.nodes {
-		m, err := n.metrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[n.name] = m
-	}
+	before := r.allMetrics(t, ctx)
 	start := time.Now()
 	pod := r.rnDeploy(t, ctx, name, class, zone)
 	n := r.node(t, pod.Spec.NodeName)
@@ -334,14 +341,7 @@ func TestRealNodeGroupSpread(t *testing.T) {
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
 		},
 	}
-	before := map[string]map[string]int{}
-	for _, n := range r.nodes {
-		m, err := n.metrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[n.name] = m
-	}
+	before := r.allMetrics(t, ctx)
 	start := time.Now()
 	if _, err := r.c.client.AppsV1().StatefulSets(rnNamespace).Create(ctx, ss, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

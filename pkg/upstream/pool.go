@@ -239,7 +239,7 @@ func (c *Client) dial(ctx context.Context, addr string) (net.Conn, error) {
 func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (*Lease, error) {
 	base := filepath.Clean(opts.BasePath)
 	target := "local-hostpath:" + base
-	key := target + "?" + localSettings(&opts)
+	key := target + "?" + opts.Settings()
 	return p.acquire(ctx, key, owner, &opts, func() (*Client, error) {
 		d, err := hostpath.New(opts)
 		if err != nil {
@@ -252,28 +252,23 @@ func (p *Pool) Local(ctx context.Context, owner string, opts hostpath.Options) (
 	})
 }
 
-// localSettings are the settings of a built-in driver other than its base
-// path: a connection file that changes any of them gets a new driver.
-func localSettings(o *hostpath.Options) string {
-	return fmt.Sprintf("stage=%t controllerPublish=%t shared=%t nodeID=%q", o.Stage, o.ControllerPublish, o.Shared, o.NodeID)
-}
-
 // conflict refuses a built-in driver for base path settings that another
-// connection uses with other settings. The same connection may hold both
-// while an edit of its file takes effect.
+// connection's driver cannot share the tree with (hostpath's rule,
+// Options.CanShareTree). The same connection may hold both while an edit
+// of its file takes effect.
 func (p *Pool) conflict(key, owner string, opts *hostpath.Options) error {
-	base := filepath.Clean(opts.BasePath)
 	for k, e := range p.entries {
-		if k == key || e.local == nil || filepath.Clean(e.local.BasePath) != base {
+		if k == key || e.local == nil {
 			continue
 		}
-		if e.local.Stage == opts.Stage && e.local.ControllerPublish == opts.ControllerPublish {
-			continue // another node id or shared: another driver on the same tree
+		err := opts.CanShareTree(e.local)
+		if err == nil {
+			continue
 		}
 		for other := range e.owners {
 			if other != owner {
-				return fmt.Errorf("shareBasePath %s is already served with stage=%t controllerPublish=%t for connection %q; this connection asks for stage=%t controllerPublish=%t",
-					base, e.local.Stage, e.local.ControllerPublish, other, opts.Stage, opts.ControllerPublish)
+				return fmt.Errorf("%w for connection %q; this connection asks for stage=%t controllerPublish=%t",
+					err, other, opts.Stage, opts.ControllerPublish)
 			}
 		}
 	}

@@ -106,23 +106,28 @@ func TestLinksExist(t *testing.T) {
 	}
 }
 
-// TestKubeTestsListed: the e2e/kube section of docs/kubernetes.md ("What
-// they check") names every test of e2e/kube, and every test it names there
-// in backquotes exists, so a new scenario is never left out of the list
-// and a renamed one is never cited.
+// TestKubeTestsListed: the e2e/kube sections of docs/kubernetes.md
+// ("`make e2e-kube`" and, for the TestRealNode tests `make e2e-node`
+// runs, "Run it on real nodes") name every test of e2e/kube, and every
+// test they name in backquotes exists, so a new scenario is never left out
+// of the list and a renamed one is never cited.
 func TestKubeTestsListed(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "kubernetes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const heading = "## `make e2e-kube`"
-	_, section, ok := strings.Cut(string(doc), heading)
-	if !ok {
-		t.Fatalf("docs/kubernetes.md has no section %q", heading)
+	section := func(heading string) string {
+		t.Helper()
+		_, s, ok := strings.Cut(string(doc), heading)
+		if !ok {
+			t.Fatalf("docs/kubernetes.md has no section %q", heading)
+		}
+		if i := strings.Index(s, "\n## "); i >= 0 {
+			s = s[:i]
+		}
+		return s
 	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
+	kube, node := section("## `make e2e-kube`"), section("## Run it on real nodes: `make e2e-node`")
 	dir := filepath.Join(root, "e2e", "kube")
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
@@ -137,6 +142,10 @@ func TestKubeTestsListed(t *testing.T) {
 		}
 		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
 			n++
+			heading, section := "## `make e2e-kube`", kube
+			if strings.HasPrefix(m[1], "TestRealNode") {
+				heading, section = "## Run it on real nodes", node
+			}
 			if !strings.Contains(section, "`"+m[1]+"`") {
 				t.Errorf("docs/kubernetes.md, section %q, does not name %s (%s)", heading, m[1], filepath.Base(f))
 			}
@@ -145,9 +154,11 @@ func TestKubeTestsListed(t *testing.T) {
 	if n < 20 {
 		t.Errorf("only %d tests found in e2e/kube; the pattern no longer matches how they are declared", n)
 	}
-	for _, m := range moreName.FindAllStringSubmatch(section, -1) {
-		if !defined(t, dir, m[1]) {
-			t.Errorf("docs/kubernetes.md, section %q, names %s, which e2e/kube does not define", heading, m[1])
+	for heading, section := range map[string]string{"## `make e2e-kube`": kube, "## Run it on real nodes": node} {
+		for _, m := range moreName.FindAllStringSubmatch(section, -1) {
+			if !defined(t, dir, m[1]) {
+				t.Errorf("docs/kubernetes.md, section %q, names %s, which e2e/kube does not define", heading, m[1])
+			}
 		}
 	}
 }

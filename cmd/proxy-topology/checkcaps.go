@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -38,7 +39,7 @@ type upstreamProbe struct {
 // timeout (check --upstream-timeout).
 func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeout time.Duration) upstreamProbe {
 	out := upstreamProbe{refused: map[string]string{}}
-	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
+	policy, err := capability.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		out.line = "advertised capabilities: " + err.Error()
 		return out
@@ -59,7 +60,7 @@ func probeUpstreams(folder string, cfg *config.Loaded, ownEndpoint string, timeo
 	// upstream that routes back to it names it.
 	guard := backend.NewSelfGuardAs(ownInstance(pool, ownEndpoint, timeout), ownEndpoint)
 	reg := backend.New(backend.Options{Pool: pool, NodeID: "check", DriverName: "check", Log: log})
-	var ups []pcsi.UpstreamCaps
+	var ups []capability.Upstream
 	var unconfirmed []string
 	asked := 0
 	for _, de := range des {
@@ -117,7 +118,7 @@ func ownInstance(pool *upstream.Pool, endpoint string, timeout time.Duration) st
 // builds; why is set when it routes back to the proxy. A built-in
 // local-hostpath connection gets a driver with its settings on an empty
 // temporary base path.
-func askConnection(reg *backend.Registry, guard *backend.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps pcsi.UpstreamCaps, why string, err error) {
+func askConnection(reg *backend.Registry, guard *backend.SelfGuard, name, path string, c *config.Connection, timeout time.Duration) (caps capability.Upstream, why string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if c.Driver == config.DriverLocalHostpath {
@@ -141,12 +142,12 @@ func askConnection(reg *backend.Registry, guard *backend.SelfGuard, name, path s
 			return caps, err.Error(), nil
 		}
 	}
-	caps, err = pcsi.AskClients(ctx, conn.Controller, conn.Node)
+	caps, err = capability.Ask(ctx, conn.Controller, conn.Node)
 	return caps, "", err
 }
 
 // capsLine renders advertised capabilities on one line.
-func capsLine(c pcsi.Capabilities) string {
+func capsLine(c capability.Set) string {
 	names := func(n int, get func(int) string) string {
 		if n == 0 {
 			return "none"

@@ -24,6 +24,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/examples"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -210,7 +211,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	var pool *upstream.Pool
 	// accepted tracks the CSI socket's client connections, closed when
 	// auto capabilities grow (the proxy only).
-	var accepted *pcsi.ConnTracker
+	var accepted *capability.Tracker
 	switch cfg.Driver {
 	case config.DriverLocalHostpath:
 		d, err := hostpath.New(hostpath.Options{
@@ -229,7 +230,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		pool = upstream.NewPool(log)
 		defer pool.Close()
 		x.watchPool(pool)
-		accepted = &pcsi.ConnTracker{}
+		accepted = &capability.Tracker{}
 		driver, err = newProxy(ctx, o, cfg, name, version, pool, accepted, x, log)
 		if err != nil {
 			return err
@@ -257,7 +258,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 		// passed: an upstream that is down must not keep the proxy from
 		// ever becoming ready (the livenessprobe sidecar would restart
 		// it). What an upstream confirms later grows the set, and the
-		// sidecars are restarted to read it (pcsi.ConnTracker).
+		// sidecars are restarted to read it (capability.Tracker).
 		watched := make(chan struct{})
 		wctx, cancel := context.WithCancel(ctx)
 		go func() { defer close(watched); driver.WatchCapabilities(wctx, 0) }()
@@ -299,7 +300,7 @@ func Serve(ctx context.Context, o Options, log *slog.Logger) error {
 	return nil
 }
 
-func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, accepted *pcsi.ConnTracker, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
+func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version string, pool *upstream.Pool, accepted *capability.Tracker, x *ops, log *slog.Logger) (*pcsi.Driver, error) {
 	ev := cfg.Topology
 	topo := ev.Accessibility()
 	timeout := time.Duration(cfg.Proxy.CacheTimeoutMinutes) * time.Minute
@@ -337,7 +338,7 @@ func newProxy(ctx context.Context, o Options, cfg *config.Loaded, name, version 
 		Catalogue: store, Pool: pool, Guard: guard,
 		NodeID: o.NodeID, DriverName: name, Version: version, Log: log,
 	})
-	policy, err := pcsi.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
+	policy, err := capability.NewPolicy(cfg.Proxy.Capabilities, cfg.Proxy.ControllerPublish)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
 	}

@@ -45,7 +45,7 @@ type Config struct {
 	Guard *backend.SelfGuard
 	// Observers are told about every call the server serves.
 	Observers []pcsi.Observer
-	// Listener, if set, wraps the socket's listener (a ConnTracker's).
+	// Listener, if set, wraps the socket's listener (a capability.Tracker's).
 	Listener func(net.Listener) net.Listener
 	// NotReady leaves Probe reporting not ready: the test calls SetReady
 	// when it wants the sidecars' view of a start-up.

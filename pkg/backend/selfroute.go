@@ -47,7 +47,7 @@ type SelfGuard struct {
 	mu     sync.Mutex
 	routes map[string][]string // connection name -> instances it reaches
 	// refused holds the connections whose latest check refused them,
-	// when their clients were built or at a re-check (RefreshCapabilities):
+	// when their clients were built or at a re-check (the capability refresh):
 	// two proxies that loaded their connections to each other at the same
 	// moment both accepted them, and only a later look at each other's
 	// routes-to shows the cycle.

@@ -10,6 +10,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -20,7 +21,7 @@ type nodeCap = csi.NodeServiceCapability_RPC_Type
 // withPolicy serves with proxy.capabilities resolved from c.
 func withPolicy(t *testing.T, c config.Capabilities, publish bool) func(*pcsi.Options) {
 	t.Helper()
-	p, err := pcsi.NewPolicy(c, publish)
+	p, err := capability.NewPolicy(c, publish)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +42,10 @@ func withExpansion(e csi.PluginCapability_VolumeExpansion_Type) fakeOption {
 }
 
 // advertised reads what the proxy advertises over gRPC.
-func advertised(t *testing.T, p *testProxy) pcsi.Capabilities {
+func advertised(t *testing.T, p *testProxy) capability.Set {
 	t.Helper()
 	ctx := callCtx(t)
-	var out pcsi.Capabilities
+	var out capability.Set
 	cr, err := p.Controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestAutoCapabilities(t *testing.T) {
 
 	// Before the first refresh nothing is confirmed, so nothing is
 	// advertised.
-	if d := diff(pcsi.Capabilities{Controller: []ctrlCap{}, Node: []nodeCap{}}, advertised(t, p)); d != "" {
+	if d := diff(capability.Set{Controller: []ctrlCap{}, Node: []nodeCap{}}, advertised(t, p)); d != "" {
 		t.Errorf("before any refresh (-want +got):\n%s", d)
 	}
 	p.add(t, "a", conn{Endpoint: a.Endpoint})
@@ -115,7 +116,7 @@ func TestAutoCapabilities(t *testing.T) {
 	if len(unconfirmed) != 0 {
 		t.Fatalf("unconfirmed %v", unconfirmed)
 	}
-	want := pcsi.Capabilities{
+	want := capability.Set{
 		// In the proxy's order, not the upstreams'.
 		Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 			csi.ControllerServiceCapability_RPC_LIST_VOLUMES},
@@ -154,7 +155,7 @@ func TestAutoCapabilities(t *testing.T) {
 	p.Driver.RefreshCapabilities(callCtx(t))
 	// b answers no GetPluginCapabilities, but its controller service
 	// answers ControllerGetCapabilities.
-	want = pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}, Node: []nodeCap{}, ControllerService: true}
+	want = capability.Set{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}, Node: []nodeCap{}, ControllerService: true}
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("after removals (-want +got):\n%s", d)
 	}
@@ -165,7 +166,7 @@ func TestAutoCapabilities(t *testing.T) {
 	p.remove(t, "b")
 	p.add(t, "node-only", conn{Endpoint: nodeOnly.Endpoint})
 	p.Driver.RefreshCapabilities(callCtx(t))
-	want = pcsi.Capabilities{Controller: []ctrlCap{}, Node: []nodeCap{csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}
+	want = capability.Set{Controller: []ctrlCap{}, Node: []nodeCap{csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("node-only (-want +got):\n%s", d)
 	}
@@ -224,7 +225,7 @@ func TestAutoCapabilitiesUnreachable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the refresh is not bounded by the capability timeout")
 	}
-	if d := diff(pcsi.Capabilities{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}, Node: []nodeCap{}, ControllerService: true}, advertised(t, p)); d != "" {
+	if d := diff(capability.Set{Controller: []ctrlCap{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}, Node: []nodeCap{}, ControllerService: true}, advertised(t, p)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	if logs := p.Logs.String(); !strings.Contains(logs, "could not be asked") || !strings.Contains(logs, `"connection":"hung"`) {
@@ -241,7 +242,7 @@ func TestExplicitCapabilitiesReplaceAuto(t *testing.T) {
 	p := startProxy(t, withPolicy(t, config.Capabilities{Controller: []string{"GET_CAPACITY"}, VolumeExpansion: "offline"}, false))
 	p.add(t, "a", conn{Endpoint: f.Endpoint})
 	p.Driver.RefreshCapabilities(callCtx(t))
-	want := pcsi.Capabilities{
+	want := capability.Set{
 		Controller:        []ctrlCap{csi.ControllerServiceCapability_RPC_GET_CAPACITY},
 		Node:              []nodeCap{csi.NodeServiceCapability_RPC_GET_VOLUME_STATS},
 		Expansion:         csi.PluginCapability_VolumeExpansion_OFFLINE,
@@ -250,7 +251,7 @@ func TestExplicitCapabilitiesReplaceAuto(t *testing.T) {
 	if d := diff(want, advertised(t, p)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-	if _, err := pcsi.NewPolicy(config.Capabilities{Node: []string{"NOPE"}}, false); err == nil || !strings.Contains(err.Error(), `proxy.capabilities.node[0]: "NOPE"`) {
+	if _, err := capability.NewPolicy(config.Capabilities{Node: []string{"NOPE"}}, false); err == nil || !strings.Contains(err.Error(), `proxy.capabilities.node[0]: "NOPE"`) {
 		t.Errorf("NewPolicy error = %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
 	"github.com/democratic-csi/proxy-topology/internal/testproxy"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
@@ -25,18 +26,18 @@ import (
 // and dials one client to it, as a sidecar does.
 type trackedProxy struct {
 	*testProxy
-	Accepted *pcsi.ConnTracker
+	Accepted *capability.Tracker
 	Client   *grpc.ClientConn
 }
 
 func startTrackedProxy(t *testing.T) *trackedProxy {
 	t.Helper()
 	logs := &lockedBuffer{}
-	policy, err := pcsi.NewPolicy(config.Capabilities{}, false)
+	policy, err := capability.NewPolicy(config.Capabilities{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted := &pcsi.ConnTracker{}
+	accepted := &capability.Tracker{}
 	tp := testproxy.Start(t, testproxy.Config{
 		Log:       jsonLogger(t, logs, "debug"),
 		Catalogue: func(o *connection.Options) { o.Topology = testTopology },

@@ -6,6 +6,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -64,7 +65,7 @@ func TestResolveCapabilities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := pcsi.ResolveCapabilities(tt.controller, tt.node, tt.publish)
+			got, err := capability.Resolve(tt.controller, tt.node, tt.publish)
 			if len(tt.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("no error; got %v", got)
@@ -97,11 +98,11 @@ func TestResolveCapabilities(t *testing.T) {
 // PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY only when controller
 // publishing is on.
 func TestResolveCapabilitiesDefaults(t *testing.T) {
-	off, err := pcsi.ResolveCapabilities(nil, nil, false)
+	off, err := capability.Resolve(nil, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, err := pcsi.ResolveCapabilities(nil, nil, true)
+	on, err := capability.Resolve(nil, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestResolveCapabilitiesDefaults(t *testing.T) {
 
 // TestAdvertisedSubset: the driver advertises exactly the resolved subset.
 func TestAdvertisedSubset(t *testing.T) {
-	caps, err := pcsi.ResolveCapabilities([]string{"CREATE_DELETE_VOLUME", "GET_CAPACITY"}, []string{"GET_VOLUME_STATS"}, false)
+	caps, err := capability.Resolve([]string{"CREATE_DELETE_VOLUME", "GET_CAPACITY"}, []string{"GET_VOLUME_STATS"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,10 +195,10 @@ func TestAutoAdvertisesPublishReadonly(t *testing.T) {
 			}
 		})
 	}
-	if _, err := pcsi.ResolveCapabilities([]string{"PUBLISH_READONLY"}, nil, false); err == nil || !strings.Contains(err.Error(), "set proxy.controllerPublish: true") {
+	if _, err := capability.Resolve([]string{"PUBLISH_READONLY"}, nil, false); err == nil || !strings.Contains(err.Error(), "set proxy.controllerPublish: true") {
 		t.Errorf("PUBLISH_READONLY without controllerPublish: %v, want an error naming proxy.controllerPublish", err)
 	}
-	if got, err := pcsi.ResolveCapabilities([]string{"PUBLISH_READONLY"}, nil, true); err != nil || len(got.Controller) != 1 || got.Controller[0] != readonly {
+	if got, err := capability.Resolve([]string{"PUBLISH_READONLY"}, nil, true); err != nil || len(got.Controller) != 1 || got.Controller[0] != readonly {
 		t.Errorf("PUBLISH_READONLY with controllerPublish: %v, %v", got.Controller, err)
 	}
 }

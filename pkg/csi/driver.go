@@ -41,12 +41,12 @@
 //     existing volumes' topology, a group's member choice, node-local
 //     connections pinned to this controller's node); the topology dry run
 //     predicts with the same methods.
-//   - Forwarding to drivers the proxy did not write: autocaps.go
-//     (proxy.capabilities: auto, recomputed as connections change) with
-//     capswatch.go (when: retries, readiness, growth) and conntrack.go
-//     (the socket's accepted connections, closed when the set grows),
-//     idlength.go (IDs over 128 bytes, proxy.maxIdLength); the loop
-//     guard's re-check runs in the capability refresh (autocaps.go).
+//   - Forwarding to drivers the proxy did not write: what is advertised
+//     is decided in pkg/capability (proxy.capabilities: auto, recomputed
+//     as connections change, the sidecars restarted when it grows; the
+//     loop guard's re-check runs in its refresh), served by
+//     capabilities.go and controlled through capswatch.go; idlength.go
+//     (IDs over 128 bytes, proxy.maxIdLength).
 //
 // The proxy keeps no state of its own: IDs carry their connection
 // (pkg/ids), connections and their clients come from pkg/backend (over
@@ -57,13 +57,13 @@ package csi
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 )
 
 // Modes select which services a process serves.
@@ -108,26 +108,14 @@ type Driver struct {
 	csi.UnimplementedControllerServer
 	csi.UnimplementedNodeServer
 
-	opts  Options
-	caps  atomic.Pointer[Capabilities]
+	opts Options
+	// caps is what the driver advertises, kept up to date with the
+	// connections' upstreams (pkg/capability).
+	caps  *capability.Watcher
 	log   *slog.Logger
 	ready atomic.Bool
 
 	longIDs longIDs
-
-	// refreshMu serialises capability refreshes; refreshed says whether
-	// one has completed (growth is warned about only after it);
-	// refreshKick asks WatchCapabilities for one now.
-	refreshMu   sync.Mutex
-	refreshed   bool
-	refreshKick chan struct{}
-	// nodeLocalWarned are the node-local connections last warned about
-	// (WarnCentralNodeLocal); refreshMu guards it.
-	nodeLocalWarned []string
-	// confirmed is closed once a refresh confirmed every connection
-	// (Confirmed).
-	confirmed   chan struct{}
-	confirmOnce sync.Once
 }
 
 // New returns a driver; it reports ready to Probe once SetReady is called.
@@ -136,21 +124,20 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	caps := opts.Capabilities
-	if caps.Controller == nil && caps.Node == nil {
-		caps, _ = ResolveCapabilities(nil, nil, false)
-	}
-	if opts.Policy != nil {
-		caps = opts.Policy.Aggregate(nil)
-	}
-	d := &Driver{opts: opts, log: opts.Log, refreshKick: make(chan struct{}, 1), confirmed: make(chan struct{})}
-	d.caps.Store(&caps)
+	d := &Driver{opts: opts, log: opts.Log}
+	d.caps = capability.NewWatcher(capability.Options{
+		Source: opts.Connections, Policy: opts.Policy, Static: opts.Capabilities, Tracker: opts.Accepted,
+		Timeout: opts.CapabilityTimeout, Topology: opts.Topology,
+		AskController: opts.Mode != ModeNode, AskNode: opts.Mode != ModeController,
+		WarnCentralNodeLocal: opts.WarnCentralNodeLocal, NodeID: opts.NodeID,
+		Ready: d.ready.Load, Log: opts.Log,
+	})
 	return d, nil
 }
 
 // SetReady makes Probe report ready. The sidecars that waited for it read
 // the capabilities now, so every open CSI connection counts as told them
-// (ConnTracker).
+// (capability.Tracker).
 func (d *Driver) SetReady(ready bool) {
 	if ready && !d.ready.Load() {
 		if t := d.opts.Accepted; t != nil {

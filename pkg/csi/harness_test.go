@@ -23,6 +23,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/internal/testproxy"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/logging"
@@ -182,7 +183,7 @@ func withDefault(name string) func(*pcsi.Options) {
 
 // withControllerPublish turns on proxy.controllerPublish.
 func withControllerPublish(o *pcsi.Options) {
-	caps, err := pcsi.ResolveCapabilities(nil, nil, true)
+	caps, err := capability.Resolve(nil, nil, true)
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/config"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
@@ -18,7 +19,7 @@ import (
 // storage) is not node-local; without the option nothing is warned.
 func TestRefreshWarnsCentralNodeLocal(t *testing.T) {
 	for _, warn := range []bool{true, false} {
-		policy, err := pcsi.NewPolicy(config.Capabilities{}, false)
+		policy, err := capability.NewPolicy(config.Capabilities{}, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 )
 
 // Options configures the proxy driver. Zero values are noted per field.
@@ -42,18 +43,18 @@ type Options struct {
 	MaxListPages int
 	// Capabilities are advertised when Policy is nil; zero means
 	// everything supported except controller publishing, with online
-	// expansion (see ResolveCapabilities).
-	Capabilities Capabilities
+	// expansion (see capability.Resolve).
+	Capabilities capability.Set
 	// Policy, when set, is proxy.capabilities: its auto parts are
-	// computed from the connections' upstreams by RefreshCapabilities
+	// computed from the connections' upstreams by the capability refresh (capability.Watcher.Refresh)
 	// (until the first refresh they advertise nothing), its explicit
 	// parts are advertised as given.
-	Policy *Policy
+	Policy *capability.Policy
 	// Accepted, if set, tracks the CSI socket's client connections: when
 	// auto capabilities grow after Probe reported ready they are closed,
-	// so that the sidecars restart and read the new set (capswatch.go).
+	// so that the sidecars restart and read the new set (capability.Tracker).
 	// nil closes nothing and only warns.
-	Accepted *ConnTracker
+	Accepted *capability.Tracker
 	// CapabilityTimeout bounds the capability calls to one upstream in a
 	// refresh; 0 means 5s.
 	CapabilityTimeout time.Duration
@@ -131,7 +132,7 @@ func (o Options) withDefaults() Options {
 		o.MaxListPages = defaultMaxListPages
 	}
 	if o.CapabilityTimeout == 0 {
-		o.CapabilityTimeout = defaultCapabilityTimeout
+		o.CapabilityTimeout = capability.DefaultTimeout
 	}
 	return o
 }

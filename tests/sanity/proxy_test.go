@@ -20,6 +20,7 @@ import (
 	"github.com/democratic-csi/proxy-topology/internal/testbin"
 	"github.com/democratic-csi/proxy-topology/pkg/accessible"
 	"github.com/democratic-csi/proxy-topology/pkg/backend"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	"github.com/democratic-csi/proxy-topology/pkg/connection"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -123,7 +124,7 @@ func proxyConfig(t *testing.T, dir string, controllerPublish bool, connectionFil
 	if controllerPublish {
 		ctrl = append(ctrl, "PUBLISH_UNPUBLISH_VOLUME")
 	}
-	caps, err := pcsi.ResolveCapabilities(ctrl, nil, controllerPublish)
+	caps, err := capability.Resolve(ctrl, nil, controllerPublish)
 	if err != nil {
 		t.Fatal(err)
 	}

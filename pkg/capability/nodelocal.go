@@ -1,4 +1,4 @@
-package csi
+package capability
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 // so this costs no read of its own). With Options.WarnCentralNodeLocal it
 // warns when they differ from those last warned about: at start-up, and
 // when one is added at run time. refreshMu is held.
-func (d *Driver) noteNodeLocal(ctx context.Context, names []string) {
-	if !d.opts.WarnCentralNodeLocal || slices.Equal(names, d.nodeLocalWarned) {
+func (w *Watcher) noteNodeLocal(ctx context.Context, names []string) {
+	if !w.opts.WarnCentralNodeLocal || slices.Equal(names, w.nodeLocalWarned) {
 		return
 	}
-	d.nodeLocalWarned = names
+	w.nodeLocalWarned = names
 	if len(names) == 0 {
 		return
 	}
-	d.log.WarnContext(ctx, "node-local connections served by a central controller: their volumes are created on this controller's disk and pinned to its node id; deploy the node-local mode (proxy.nodeLocal, docs/kubernetes.md) or declare the topology of shared storage",
-		"connections", strings.Join(names, ","), "node_id", d.opts.NodeID)
+	w.log.WarnContext(ctx, "node-local connections served by a central controller: their volumes are created on this controller's disk and pinned to its node id; deploy the node-local mode (proxy.nodeLocal, docs/kubernetes.md) or declare the topology of shared storage",
+		"connections", strings.Join(names, ","), "node_id", w.opts.NodeID)
 }

@@ -1,4 +1,4 @@
-package csi
+package capability
 
 import (
 	"net"
@@ -6,7 +6,7 @@ import (
 	"syscall"
 )
 
-// ConnTracker remembers the client connections a CSI listener accepted,
+// Tracker remembers the client connections a CSI listener accepted,
 // and for each the capabilities it was told (what was advertised when it
 // was accepted, or when Probe first reported ready for those accepted
 // before), so that the proxy can close those that lack something it now
@@ -18,18 +18,18 @@ import (
 // when the set shrinks and grows back to it (a connection file broken for
 // a moment while it is edited), so edits do not restart the sidecars.
 // Its zero value is ready to use.
-type ConnTracker struct {
+type Tracker struct {
 	mu sync.Mutex
 	// conns maps every open accepted connection to what it was told
 	// (nil: nothing yet).
-	conns map[net.Conn]*Capabilities
+	conns map[net.Conn]*Set
 	// told is what a connection accepted now is told; nil until the
 	// driver advertises a set.
-	told *Capabilities
+	told *Set
 }
 
 // Advertise sets what connections accepted from now on are told.
-func (t *ConnTracker) Advertise(c Capabilities) {
+func (t *Tracker) Advertise(c Set) {
 	t.mu.Lock()
 	t.told = &c
 	t.mu.Unlock()
@@ -38,7 +38,7 @@ func (t *ConnTracker) Advertise(c Capabilities) {
 // TellAll records that every open connection, and every one accepted
 // from now on, has been told c: Probe reported ready, and the sidecars
 // that waited for it read c.
-func (t *ConnTracker) TellAll(c Capabilities) {
+func (t *Tracker) TellAll(c Set) {
 	t.mu.Lock()
 	t.told = &c
 	for conn := range t.conns {
@@ -49,7 +49,7 @@ func (t *ConnTracker) TellAll(c Capabilities) {
 
 // CloseLacking closes every open connection that was not told all of
 // next (or was told nothing) and reports how many it closed.
-func (t *ConnTracker) CloseLacking(next Capabilities) int {
+func (t *Tracker) CloseLacking(next Set) int {
 	t.mu.Lock()
 	t.forgetClosed()
 	var lacking []net.Conn
@@ -58,7 +58,7 @@ func (t *ConnTracker) CloseLacking(next Capabilities) int {
 			lacking = append(lacking, conn)
 			continue
 		}
-		if added, _ := capsDiff(*told, next); len(added) > 0 {
+		if added, _ := diff(*told, next); len(added) > 0 {
 			lacking = append(lacking, conn)
 		}
 	}
@@ -78,22 +78,22 @@ func (t *ConnTracker) CloseLacking(next Capabilities) int {
 // buffer, and falls back to a 32 KiB buffer per connection, held while it
 // waits, for any other type. A closed connection is noticed and forgotten
 // on the tracker's next use (see open).
-func (t *ConnTracker) Listener(l net.Listener) net.Listener {
+func (t *Tracker) Listener(l net.Listener) net.Listener {
 	return &trackingListener{Listener: l, t: t}
 }
 
 // Len reports how many accepted connections are open.
-func (t *ConnTracker) Len() int {
+func (t *Tracker) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.forgetClosed()
 	return len(t.conns)
 }
 
-func (t *ConnTracker) add(c net.Conn) {
+func (t *Tracker) add(c net.Conn) {
 	t.mu.Lock()
 	if t.conns == nil {
-		t.conns = map[net.Conn]*Capabilities{}
+		t.conns = map[net.Conn]*Set{}
 	}
 	t.forgetClosed()
 	t.conns[c] = t.told
@@ -103,7 +103,7 @@ func (t *ConnTracker) add(c net.Conn) {
 // forgetClosed drops the connections closed since the last look, by
 // either side (gRPC closes its end when the client goes). Called with t.mu
 // held; the sidecars keep a handful of connections, so a look is cheap.
-func (t *ConnTracker) forgetClosed() {
+func (t *Tracker) forgetClosed() {
 	for c := range t.conns {
 		if !open(c) {
 			delete(t.conns, c)
@@ -129,7 +129,7 @@ func open(c net.Conn) bool {
 
 type trackingListener struct {
 	net.Listener
-	t *ConnTracker
+	t *Tracker
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {

@@ -1,4 +1,4 @@
-package csi_test
+package capability_test
 
 import (
 	"net"
@@ -9,6 +9,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/capability"
 	pcsi "github.com/democratic-csi/proxy-topology/pkg/csi"
 )
 
@@ -54,11 +55,11 @@ func TestConnTrackerHandsOverUnwrapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	tracker := &pcsi.ConnTracker{}
+	tracker := &capability.Tracker{}
 	lis := tracker.Listener(raw)
 
-	small := pcsi.Capabilities{Controller: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}
-	grown := pcsi.Capabilities{Controller: []csi.ControllerServiceCapability_RPC_Type{
+	small := capability.Set{Controller: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}}
+	grown := capability.Set{Controller: []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT}}
 	tracker.Advertise(small)
 

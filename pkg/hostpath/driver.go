@@ -36,6 +36,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"k8s.io/mount-utils"
 )
 
 // Options configure a Driver. Zero values are documented per field.
@@ -80,6 +81,11 @@ type Options struct {
 	// ControllerPublish, enforced per node id. Zero means no limit;
 	// negative is invalid.
 	MaxVolumesPerNode int64
+	// Mounter, if set, makes and reads every mount instead of the system
+	// calls and the kernel's mount table: mount-utils' FakeMounter in
+	// tests that check what the node service decides, not the mount
+	// itself (they then run without root). nil: the real mounts.
+	Mounter mount.Interface
 	// Logger receives one line per state change. Nil uses slog.Default().
 	Logger *slog.Logger
 }
@@ -181,7 +187,7 @@ func New(opts Options) (*Driver, error) {
 		store:   st,
 		marker:  m,
 		locks:   newKeyedLocks(),
-		mounter: newMounter(),
+		mounter: newMounter(opts.Mounter),
 	}, nil
 }
 

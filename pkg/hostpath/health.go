@@ -84,7 +84,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			{req.GetVolumePublishPath(), "NotPublished", "volume_publish_path"},
 			{req.GetStagingTargetPath(), "NotStaged", "staging_target_path"},
 		} {
-			if p.path != "" && !isMountOf(p.path, dir) {
+			if p.path != "" && !d.mounter.shows(p.path, dir) {
 				entries = append(entries, &csi.VolumeHealth_VolumeHealthEntry{
 					Status:  csi.VolumeHealthErrorType_INACCESSIBLE,
 					Reason:  p.reason,

@@ -58,7 +58,7 @@ func mountDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	t.Cleanup(func() {
-		below, err := newMounter().mountsBelow(dir)
+		below, err := newMounter(nil).mountsBelow(dir)
 		if err != nil {
 			t.Error(err)
 			return

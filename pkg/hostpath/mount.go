@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -29,17 +30,29 @@ import (
 
 // mounter is mount-utils' Linux Mounter with Mount and Unmount done by
 // system calls; everything that reads the mount table is mount-utils'.
+// With an injected mount.Interface (Options.Mounter: mount-utils'
+// FakeMounter in tests that do not test the mount itself) every call goes
+// to it instead, and what the driver reads of the kernel (the inode a
+// mount shows, its read-only flag, the raw mount table) is read from its
+// List.
 type mounter struct {
 	mount.Interface
+	// sys: the system-call mounter, reading the kernel's mount table.
+	sys bool
 }
 
 var _ mount.Interface = (*mounter)(nil)
 
-// newMounter wraps the zero mount.Mounter rather than mount.New(""): New
-// runs umount(8) once to probe its "not mounted" message, which only its
-// own Unmount uses, and that is replaced here.
-func newMounter() *mounter {
-	return &mounter{Interface: &mount.Mounter{}}
+// newMounter returns the system-call mounter, or one that delegates to
+// injected when it is set. The system one wraps the zero mount.Mounter
+// rather than mount.New(""): New runs umount(8) once to probe its "not
+// mounted" message, which only its own Unmount uses, and that is
+// replaced here.
+func newMounter(injected mount.Interface) *mounter {
+	if injected != nil {
+		return &mounter{Interface: injected}
+	}
+	return &mounter{Interface: &mount.Mounter{}, sys: true}
 }
 
 // Mount bind-mounts source on target. options must contain "bind" (a
@@ -69,6 +82,9 @@ func (m *mounter) Mount(source, target, _ string, options []string) error {
 	flags, readonly, err := mountFlags(rest)
 	if err != nil {
 		return fmt.Errorf("mount %s on %s: %w", source, target, err)
+	}
+	if !m.sys {
+		return m.Interface.Mount(source, target, "", options)
 	}
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
 		return &os.PathError{Op: "bind mount " + source + " on", Path: target, Err: err}
@@ -119,6 +135,12 @@ func (m *mounter) Unmount(target string) error {
 		if mounted, err := m.isMountPoint(target); err != nil || !mounted {
 			return err
 		}
+		if !m.sys {
+			if err := m.Interface.Unmount(target); err != nil {
+				return err
+			}
+			continue
+		}
 		// UMOUNT_NOFOLLOW: a target swapped for a symlink must not make us
 		// unmount whatever it points to (IsMountPoint resolves symlinks, so
 		// such a target ends in the "still mounted" error below).
@@ -158,6 +180,15 @@ func (m *mounter) mountsOf(dir string) ([]string, error) {
 // Mount paths escape only space, tab, newline and backslash, which no id
 // local-hostpath makes contains.
 func (m *mounter) mentions(s string) (bool, error) {
+	if !m.sys {
+		mps, err := m.List()
+		for _, mp := range mps {
+			if strings.Contains(mp.Path, s) || strings.Contains(mp.Device, s) {
+				return true, err
+			}
+		}
+		return err != nil, err
+	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return true, err
@@ -179,6 +210,42 @@ func (m *mounter) mountsBelow(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// readOnly reports whether the mount at path is read-only: statfs with the
+// system mounter, the "ro" option of the injected one's entry otherwise.
+func (m *mounter) readOnly(path string) (bool, error) {
+	if m.sys {
+		return mountReadOnly(path)
+	}
+	mp, ok, err := m.entry(path)
+	return ok && slices.Contains(mp.Opts, "ro"), err
+}
+
+// shows reports whether path shows dir: the same inode (a bind mount of
+// dir, or dir itself) with the system mounter; with the injected one, an
+// entry of its table mounted at path from dir.
+func (m *mounter) shows(path, dir string) bool {
+	if m.sys {
+		return isMountOf(path, dir)
+	}
+	mp, ok, err := m.entry(path)
+	return err == nil && ok && (mp.Device == dir || mp.Device == resolvePath(dir))
+}
+
+// entry is the injected mounter's table entry for the mount at path.
+func (m *mounter) entry(path string) (mount.MountPoint, bool, error) {
+	mps, err := m.List()
+	if err != nil {
+		return mount.MountPoint{}, false, err
+	}
+	want := resolvePath(path)
+	for i := len(mps) - 1; i >= 0; i-- { // the latest mount on path is on top
+		if mps[i].Path == want || mps[i].Path == path {
+			return mps[i], true, nil
+		}
+	}
+	return mount.MountPoint{}, false, nil
 }
 
 // mountReadOnly reports whether the mount that shows path is read-only.

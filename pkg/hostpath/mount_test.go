@@ -72,7 +72,7 @@ func mkdirs(t *testing.T, parent string, names ...string) []string {
 
 func TestMounterBind(t *testing.T) {
 	requireRoot(t)
-	m := newMounter()
+	m := newMounter(nil)
 	dirs := mkdirs(t, mountDir(t), "src", "a", "b with space", "c", "unused")
 	src, a, b, c, unused := dirs[0], dirs[1], dirs[2], dirs[3], dirs[4]
 
@@ -140,7 +140,7 @@ func TestMounterBind(t *testing.T) {
 // bind inherited from the volume's file system.
 func TestMounterKeepsSourceFlags(t *testing.T) {
 	requireRoot(t)
-	m := newMounter()
+	m := newMounter(nil)
 	dir := mountDir(t)
 	fsDir, target := mkdirs(t, dir, "fs", "target")[0], filepath.Join(dir, "target")
 	if err := unix.Mount("tmpfs", fsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m"); err != nil {
@@ -161,7 +161,7 @@ func TestMounterKeepsSourceFlags(t *testing.T) {
 
 func TestMounterUnmount(t *testing.T) {
 	requireRoot(t)
-	m := newMounter()
+	m := newMounter(nil)
 	dir := mountDir(t)
 	dirs := mkdirs(t, dir, "src", "stacked", "plain", "real")
 	src, stacked, plain, real := dirs[0], dirs[1], dirs[2], dirs[3]

@@ -126,7 +126,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, internalError(err, "check staging_target_path")
 	}
 	if mounted {
-		if isMountOf(staging, dir) {
+		if d.mounter.shows(staging, dir) {
 			return &csi.NodeStageVolumeResponse{}, nil
 		}
 		return nil, alreadyExists("staging_target_path %s is already a mount point of something other than volume %s", staging, id)
@@ -213,7 +213,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		if err != nil {
 			return nil, internalError(err, "check staging_target_path")
 		}
-		if !mounted || !isMountOf(staging, dir) {
+		if !mounted || !d.mounter.shows(staging, dir) {
 			return nil, failedPrecondition("volume %s is not staged at staging_target_path %s; call NodeStageVolume first", id, staging)
 		}
 		source = staging
@@ -223,10 +223,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, internalError(err, "check target_path")
 	}
 	if mounted {
-		if !isMountOf(target, dir) {
+		if !d.mounter.shows(target, dir) {
 			return nil, alreadyExists("target_path %s is already a mount point of something other than volume %s", target, id)
 		}
-		ro, err := mountReadOnly(target)
+		ro, err := d.mounter.readOnly(target)
 		if err != nil {
 			return nil, internalError(err, "check target_path")
 		}
@@ -307,14 +307,14 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 
 // volumeAt checks that path is absolute, exists and shows volume dir: the
 // CSI "volume does not exist on the specified path" condition is NOT_FOUND.
-func volumeAt(field, path, id, dir string) error {
+func (d *Driver) volumeAt(field, path, id, dir string) error {
 	if !filepath.IsAbs(path) {
 		return notFound("volume %s is not at %s %q: not an absolute path", id, field, path)
 	}
 	if _, err := os.Stat(path); err != nil {
 		return notFound("volume %s is not at %s %s: %v", id, field, path, err)
 	}
-	if !isMountOf(path, dir) {
+	if !d.mounter.shows(path, dir) {
 		return notFound("volume %s is not published or staged at %s %s", id, field, path)
 	}
 	return nil
@@ -335,7 +335,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return nil, err
 	}
 	path := req.GetVolumePath()
-	if err := volumeAt("volume_path", path, rec.ID, d.store.volumePath(rec.ID)); err != nil {
+	if err := d.volumeAt("volume_path", path, rec.ID, d.store.volumePath(rec.ID)); err != nil {
 		return nil, err
 	}
 	var st unix.Statfs_t
@@ -380,7 +380,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
-	if err := volumeAt("volume_path", req.GetVolumePath(), rec.ID, d.store.volumePath(rec.ID)); err != nil {
+	if err := d.volumeAt("volume_path", req.GetVolumePath(), rec.ID, d.store.volumePath(rec.ID)); err != nil {
 		return nil, err
 	}
 	if want := req.GetCapacityRange().GetRequiredBytes(); want > rec.CapacityBytes {

@@ -192,9 +192,46 @@ func TestNodePublishMountFlags(t *testing.T) {
 	}
 }
 
+// TestNodePublishConflicts: what NodePublishVolume refuses, with real bind
+// mounts (root) and with mount-utils' FakeMounter injected
+// (Options.Mounter): the decisions are the driver's, whichever mounter
+// makes the mounts, so they are checked without root too.
 func TestNodePublishConflicts(t *testing.T) {
-	requireRoot(t)
-	d := newTestDriver(t, Options{})
+	for _, fake := range []bool{false, true} {
+		name := "system mounts"
+		if fake {
+			name = "FakeMounter"
+		}
+		t.Run(name, func(t *testing.T) {
+			opts := Options{}
+			var fm *mount.FakeMounter
+			if fake {
+				fm = mount.NewFakeMounter(nil)
+				opts.Mounter = fm
+			} else {
+				requireRoot(t)
+			}
+			nodePublishConflicts(t, opts)
+			if fm != nil {
+				if mps, _ := fm.List(); len(mps) != 0 {
+					t.Errorf("FakeMounter still has mounts after every unpublish: %+v", mps)
+				}
+				mounts := 0
+				for _, a := range fm.GetLog() {
+					if a.Action == mount.FakeActionMount {
+						mounts++
+					}
+				}
+				if mounts != 3 {
+					t.Errorf("%d mounts made through the injected mounter, want 3 (busy, first, and second as a multi-writer)", mounts)
+				}
+			}
+		})
+	}
+}
+
+func nodePublishConflicts(t *testing.T, opts Options) {
+	d := newTestDriver(t, opts)
 	vol := mustCreate(t, d, createReq("a", 0))
 	other := mustCreate(t, d, createReq("b", 0))
 	dir := mountDir(t)

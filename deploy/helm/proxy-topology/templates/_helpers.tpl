@@ -77,3 +77,21 @@ seed's values, which repeat the topology flags, render each flag once.
 {{- if or (eq (toString .name) $.name) (and $.path (eq (toString (.mountPath | default "")) $.path)) -}}true{{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A container's securityContext: .base (the component's default, e.g.
+controller.securityContext) with each key of .over (the container's own
+securityContext value) replacing the base's key of that name, so a user
+sets one field (readOnlyRootFilesystem: false) or removes one (null)
+without restating the rest. Rendered at the indentation of a container key.
+*/}}
+{{- define "proxy-topology.securityContext" -}}
+{{- $sc := deepCopy (.base | default dict) -}}
+{{- range $k, $v := (.over | default dict) -}}
+{{- $_ := set $sc $k $v -}}
+{{- end -}}
+{{- with $sc -}}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}

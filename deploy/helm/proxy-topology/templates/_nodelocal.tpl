@@ -75,6 +75,7 @@ true
     valueFrom:
       fieldRef:
         fieldPath: metadata.name
+  {{- include "proxy-topology.securityContext" (dict "base" $.Values.node.securityContext "over" $nl.externalProvisioner.securityContext) | nindent 2 }}
   {{- with $nl.externalProvisioner.resources }}
   resources:
     {{- toYaml . | nindent 4 }}
@@ -94,6 +95,7 @@ true
     valueFrom:
       fieldRef:
         fieldPath: spec.nodeName
+  {{- include "proxy-topology.securityContext" (dict "base" $.Values.node.securityContext "over" $nl.externalSnapshotter.securityContext) | nindent 2 }}
   {{- with $nl.externalSnapshotter.resources }}
   resources:
     {{- toYaml . | nindent 4 }}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,8 +89,8 @@ func unprivilegedProblems(pod corev1.PodSpec, c corev1.Container, nonRoot bool) 
 // run non-root and hardened; in the node DaemonSet only the proxy's
 // container (mounts, Bidirectional propagation) is privileged, and the
 // sidecars are hardened (as root: their sockets are in the kubelet's
-// root-owned directories). A per-container securityContext value replaces
-// only the keys it names.
+// root-owned directories). With hostPaths the controller pod runs as root.
+// A per-container securityContext value replaces only the keys it names.
 func TestHelmPodSecurityFields(t *testing.T) {
 	need(t)
 	check := func(what string, objs map[string]*unstructured.Unstructured) {
@@ -123,6 +124,28 @@ func TestHelmPodSecurityFields(t *testing.T) {
 	check("nodeLocal", nl)
 	if n := len(podSpec(t, nl, "DaemonSet/"+Namespace+"/proxy-topology-node").Containers); n < 5 {
 		t.Errorf("nodeLocal: node DaemonSet has %d containers, want the node-local sidecars too", n)
+	}
+
+	// A built-in local-hostpath (hostPaths) needs root's host directory:
+	// the pod runs as root, the proxy keeps owners on copies (CHOWN,
+	// DAC_OVERRIDE, FOWNER), every other container stays hardened.
+	hp := byKey(helmTemplate(t, "--set", "hostPaths[0].name=d", "--set", "hostPaths[0].path=/mnt/d"))
+	hpod := podSpec(t, hp, "Deployment/"+Namespace+"/proxy-topology-controller")
+	if u := hpod.SecurityContext.RunAsUser; u == nil || *u != 0 || hpod.SecurityContext.SeccompProfile == nil {
+		t.Errorf("hostPaths: pod securityContext %+v, want runAsUser 0 with seccomp RuntimeDefault", hpod.SecurityContext)
+	}
+	for _, c := range hpod.Containers {
+		p := unprivilegedProblems(hpod, c, false)
+		want := ""
+		if c.Name == "proxy-topology" {
+			want = "capabilities not {drop: [ALL]}"
+			if got := fmt.Sprint(c.SecurityContext.Capabilities.Add); got != "[CHOWN DAC_OVERRIDE FOWNER]" {
+				t.Errorf("hostPaths: proxy capabilities add %s", got)
+			}
+		}
+		if strings.Join(p, ", ") != want {
+			t.Errorf("hostPaths: controller/%s: problems %q, want %q", c.Name, p, want)
+		}
 	}
 
 	// An override replaces one key and keeps the others.

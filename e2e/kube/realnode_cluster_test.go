@@ -219,13 +219,6 @@ func (r *realNodes) values() map[string]any {
 		},
 		"controller": map[string]any{
 			"hostNetwork": true, "tolerations": tolerate,
-			// The controller serves built-in local-hostpath connections
-			// (and an upstream serving one) on root-owned host
-			// directories: it runs as root, as docs/kubernetes.md "Pod
-			// security" tells such an install to; every other default
-			// (no escalation, no capabilities, read-only root, seccomp
-			// RuntimeDefault) stays.
-			"podSecurityContext": map[string]any{"runAsUser": 0, "runAsNonRoot": false, "seccompProfile": map[string]any{"type": "RuntimeDefault"}},
 			"driver":              map[string]any{"metricsPort": rnControllerMetrics},
 			"livenessProbe":       livenessValues(rnControllerLiveness),
 			"externalProvisioner": map[string]any{"image": imageRef("csi-provisioner:" + nodeTools["CSI_PROVISIONER_VERSION"])},

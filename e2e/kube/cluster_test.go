@@ -59,6 +59,18 @@ type proc struct {
 	exited chan struct{}
 }
 
+// stop asks the process to end (SIGTERM) and kills it after 15 s; it
+// returns once it has exited.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
 var (
 	clusterOnce sync.Once
 	shared      *cluster

@@ -277,15 +277,8 @@ func (n *realNode) ctr(args ...string) (string, error) {
 func (n *realNode) stop() error {
 	var errs []error
 	stopProc := func(p *proc) {
-		if p == nil {
-			return
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+		if p != nil {
+			p.stop()
 		}
 	}
 	stopProc(n.kubelet)

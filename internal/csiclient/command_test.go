@@ -1,7 +1,6 @@
 package csiclient
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -83,14 +82,8 @@ func startFake(t *testing.T) (endpoint string, f *fakeController) {
 // mapping: the error is returned as the command returned it.
 func execute(t *testing.T, args ...string) (stdout string, err error) {
 	t.Helper()
-	cmd := NewCommand()
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	err = cmd.Execute()
-	return out.String(), err
+	stdout, _, err = executeErr(t, args...)
+	return stdout, err
 }
 
 func exitCode(err error) int {

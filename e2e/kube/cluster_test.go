@@ -59,15 +59,18 @@ type proc struct {
 	exited chan struct{}
 }
 
-// stop asks the process to end (SIGTERM) and kills it after 15 s; it
-// returns once it has exited.
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+// stop ends the process (terminate).
+func (p *proc) stop() { terminate(p.cmd, p.exited) }
+
+// terminate asks cmd's process to end (SIGTERM), kills it after 15 s, and
+// returns once exited is closed (the process has been waited for).
+func terminate(cmd *exec.Cmd, exited <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.exited:
+	case <-exited:
 	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }
 

@@ -224,13 +224,7 @@ func startProcess(t *testing.T, name, binary string, args, env []string) *proces
 	p.cmd = cmd
 	go func() { <-done; close(p.exited) }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
+		terminate(p.cmd, p.exited)
 		p.check(t)
 	})
 	return p

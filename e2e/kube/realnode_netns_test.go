@@ -21,8 +21,10 @@ import (
 // network namespace of their own and a mount namespace of their own.
 //
 // Network: kubelet refuses a loopback --node-ip ("nodeIP can't be
-// loopback"), and two kubelets on one network namespace would meet on
-// their ports and on every hostNetwork pod's ports. So each node gets a
+// loopback address": validateNodeIP in k8s.io/kubernetes v1.37.1
+// pkg/kubelet/kubelet_node_status.go, which fails every node status
+// update), and two kubelets on one network namespace would meet on their
+// ports and on every hostNetwork pod's ports. So each node gets a
 // namespace whose only interface is its own lo, holding 10.97.0.N/32 (the
 // node's InternalIP) and 10.96.0.1/32 (the kubernetes Service's address,
 // so pods reach the API server as in any cluster). That lo is the node's

@@ -109,10 +109,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the flags; errors name the flag.
 func (o *Options) Validate() error {
 	var errs []error
-	switch o.Mode {
-	case pcsi.ModeAll, pcsi.ModeController, pcsi.ModeNode:
-	default:
-		errs = append(errs, fmt.Errorf("--mode %q: want all, controller or node", o.Mode))
+	if err := pcsi.CheckMode(o.Mode); err != nil {
+		errs = append(errs, err)
 	}
 	if o.NodeID == "" && o.Mode != pcsi.ModeController {
 		errs = append(errs, errors.New("--node-id is empty and no CSI_NODE_ID, NODE_NAME or hostname is available"))

@@ -85,10 +85,10 @@ func (o Options) Validate() error {
 	if o.Connections == nil {
 		errs = append(errs, errors.New("csi.Options.Connections is required"))
 	}
-	switch o.Mode {
-	case "", ModeAll, ModeController, ModeNode:
-	default:
-		errs = append(errs, fmt.Errorf("--mode %q: want all, controller or node", o.Mode))
+	if o.Mode != "" {
+		if err := CheckMode(o.Mode); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.NodeID == "" && o.Mode != ModeController {
 		errs = append(errs, errors.New("csi.Options.NodeID (--node-id) is empty in a mode that serves the node service"))
@@ -111,6 +111,16 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("csi.Options.MaxListPages %d is negative", o.MaxListPages))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckMode refuses a mode other than all, controller and node, naming
+// the --mode flag.
+func CheckMode(mode string) error {
+	switch mode {
+	case ModeAll, ModeController, ModeNode:
+		return nil
+	}
+	return fmt.Errorf("--mode %q: want all, controller or node", mode)
 }
 
 // withDefaults returns o with every zero value that has a default (noted

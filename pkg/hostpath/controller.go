@@ -223,7 +223,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		CreatedAt:        time.Now().UTC(),
 		Fingerprint:      d.marker.Fingerprint,
 	}
-	if err := d.materialize(ctx, "volume", id, srcDir, d.store.volumePath(id), rec); err != nil {
+	if err := d.createVolumeData(ctx, rec, srcDir, src); err != nil {
 		return nil, err
 	}
 	d.log.Info("created volume", "volume", id, "name", rec.Name, "capacityBytes", capacity, "source", src.String())
@@ -274,6 +274,9 @@ func (d *Driver) resolveSource(src contentSource, field string) (dir string, siz
 		}
 		dir = d.store.volumePath(vol.ID)
 		size = vol.CapacityBytes
+		if _, err := os.Lstat(dir); os.IsNotExist(err) && vol.DataOnFirstUse && !d.store.made(vol.ID) {
+			return "", size, nil // never published: empty
+		}
 	default:
 		return "", 0, nil
 	}
@@ -283,17 +286,12 @@ func (d *Driver) resolveSource(src contentSource, field string) (dir string, siz
 	return dir, size, nil
 }
 
-// materialize builds a volume or snapshot in the work area (empty, or a
-// copy of srcDir), renames it to dest, publishes its record (rec, in the
-// record directory of kind) and returns once both are durable. The order
-// is what recovery relies on (docs/reliability.md §10): data renamed into
-// place before the record, and the call acknowledged only after the
-// record, the new directory and both parents have been synced.
-// Anything that fails is undone, so a failed create leaves nothing behind
-// and a retry starts clean.
-func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, rec any) error {
+// placeData builds a volume's or snapshot's data in the work area (empty,
+// or a copy of srcDir, every file and directory of it synced) and renames
+// it to dest, unsynced. Data left at dest without a record by an earlier
+// failure is moved aside first. On failure nothing is left.
+func (d *Driver) placeData(ctx context.Context, kind, id, srcDir, dest string) error {
 	s := d.store
-	recKind := kind + "s"
 	tmp := s.workPath(kind + "-" + id)
 	if srcDir != "" {
 		if err := copyTree(ctx, srcDir, tmp); err != nil {
@@ -308,26 +306,79 @@ func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string,
 			return internalError(err, "sync the copy of %s %s", kind, id)
 		}
 	} else {
-		if err := os.Mkdir(tmp, volumeDataPerm); err != nil {
-			return internalError(err, "create %s %s", kind, id)
-		}
-		if err := os.Chmod(tmp, volumeDataPerm); err != nil { // the umask applied to Mkdir
-			os.Remove(tmp)
+		if err := s.mkdir(tmp); err != nil {
 			return internalError(err, "create %s %s", kind, id)
 		}
 	}
-	// Data without a record is what a create or delete that never returned
-	// leaves; no one can be using it, because every RPC needs the record.
-	if _, err := os.Lstat(dest); err == nil {
-		d.log.Warn("replacing data left without a record by an earlier failure", "kind", kind, "id", id)
-		if err := s.trash(dest, "stale-"+id); err != nil {
-			removeTree(tmp)
-			return internalError(err, "move aside stale data of %s %s", kind, id)
-		}
+	if err := d.clearStale(kind, id, dest); err != nil {
+		removeTree(tmp)
+		return err
 	}
 	if err := s.rename(tmp, dest); err != nil {
 		removeTree(tmp)
 		return internalError(err, "move new %s %s into place", kind, id)
+	}
+	return nil
+}
+
+// clearStale moves aside data without a record at dest: what a create or
+// delete that never returned leaves. No one can be using it, because every
+// RPC needs the record.
+func (d *Driver) clearStale(kind, id, dest string) error {
+	if _, err := os.Lstat(dest); err != nil {
+		return nil
+	}
+	d.log.Warn("replacing data left without a record by an earlier failure", "kind", kind, "id", id)
+	if err := d.store.trash(dest, "stale-"+id); err != nil {
+		return internalError(err, "move aside stale data of %s %s", kind, id)
+	}
+	return nil
+}
+
+// createVolumeData makes a new volume durable (docs/reliability.md §10):
+// an empty one is a journal entry alone, its directory made at first use
+// (Driver.volumeDir); a copy is placed and synced with its parent before
+// its entry is appended. A failure leaves nothing behind.
+func (d *Driver) createVolumeData(ctx context.Context, rec *volumeRecord, srcDir string, src contentSource) error {
+	s := d.store
+	dest := s.volumePath(rec.ID)
+	if src.empty() {
+		rec.DataOnFirstUse = true
+		if err := d.clearStale("volume", rec.ID, dest); err != nil {
+			return err
+		}
+	} else {
+		if err := d.placeData(ctx, "volume", rec.ID, srcDir, dest); err != nil {
+			return err
+		}
+		window("data-placed")
+		if err := s.sync.commit(nil, dest, filepath.Dir(dest)); err != nil {
+			d.undoCreate("volume", rec.ID, dest, "")
+			return internalError(err, "sync volume %s", rec.ID)
+		}
+	}
+	if err := s.change(ctx, &journalEntry{Op: opPut, ID: rec.ID, Volume: rec}); err != nil {
+		if !src.empty() {
+			d.undoCreate("volume", rec.ID, dest, "")
+		}
+		return internalError(err, "record volume %s", rec.ID)
+	}
+	return nil
+}
+
+// materialize builds a snapshot in the work area (a copy of srcDir, or
+// empty), renames it to dest, publishes its record (rec, in the record
+// directory of kind) and returns once both are durable. The order is what
+// recovery relies on (docs/reliability.md §10): data renamed into place
+// before the record, and the call acknowledged only after the record, the
+// new directory and both parents have been synced. Anything that fails is
+// undone, so a failed create leaves nothing behind and a retry starts
+// clean.
+func (d *Driver) materialize(ctx context.Context, kind, id, srcDir, dest string, rec any) error {
+	s := d.store
+	recKind := kind + "s"
+	if err := d.placeData(ctx, kind, id, srcDir, dest); err != nil {
+		return err
 	}
 	window("data-placed")
 	f, err := s.createRecord(recKind, id, rec)
@@ -360,13 +411,12 @@ func (d *Driver) undoCreate(kind, id, dest, record string) {
 	}
 }
 
-// dispose removes a volume's or snapshot's record and then its data, with
-// no sync: a delete is idempotent (docs/reliability.md §10). Between the
+// dispose removes a snapshot's record and then its data, with no sync: a
+// snapshot's delete is idempotent (docs/reliability.md §10). Between the
 // two steps the data is invisible (every RPC needs the record); the data is
 // moved into the work area before it is removed, so it is never seen
 // half-deleted, and what removal leaves is purged by the next Driver to
-// start.
-// It reports whether there was a record to remove.
+// start. It reports whether there was a record to remove.
 func (d *Driver) dispose(kind, id, dataPath, record string) (existed bool, err error) {
 	err = os.Remove(record)
 	switch {
@@ -378,6 +428,30 @@ func (d *Driver) dispose(kind, id, dataPath, record string) (existed bool, err e
 	window("record-removed")
 	if err := d.store.trash(dataPath, "delete-"+id); err != nil {
 		return existed, internalError(err, "move data of %s %s aside", kind, id)
+	}
+	return existed, nil
+}
+
+// deleteVolumeData removes a volume: its delete entry is durable in the
+// journal before the call returns (a delete that was acknowledged never
+// comes back), then its directory, if it was ever made, is moved aside and
+// removed. It reports whether the volume had a record.
+func (d *Driver) deleteVolumeData(ctx context.Context, id, dataPath string) (existed bool, err error) {
+	existed, err = d.store.exists(id)
+	if err != nil {
+		return false, internalError(err, "read record of volume %s", id)
+	}
+	if existed {
+		if err := d.store.change(ctx, &journalEntry{Op: opDelete, ID: id}); err != nil {
+			return false, internalError(err, "record the delete of volume %s", id)
+		}
+	}
+	window("record-removed")
+	if err := d.store.trash(dataPath, "delete-"+id); err != nil {
+		return existed, internalError(err, "move data of volume %s aside", id)
+	}
+	if err := removeUnsynced(d.store.madePath(id)); err != nil {
+		return existed, internalError(err, "remove %s", d.store.madePath(id))
 	}
 	return existed, nil
 }
@@ -435,7 +509,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 			return nil, failedPrecondition("volume %s is still mounted at %s", id, strings.Join(in, ", "))
 		}
 	}
-	existed, err := d.dispose("volume", id, path, d.store.recordPath("volumes", id))
+	existed, err := d.deleteVolumeData(ctx, id, path)
 	if err != nil {
 		return nil, err
 	}
@@ -488,8 +562,8 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if want := cr.GetRequiredBytes(); want > rec.CapacityBytes {
 		old := rec.CapacityBytes
 		rec.CapacityBytes = want
-		if err := d.store.writeVolume(rec); err != nil {
-			return nil, internalError(err, "write record of volume %s", id)
+		if err := d.store.change(ctx, &journalEntry{Op: opPut, ID: id, Volume: rec}); err != nil {
+			return nil, internalError(err, "record the new size of volume %s", id)
 		}
 		d.log.Info("expanded volume", "volume", id, "fromBytes", old, "toBytes", want)
 	}

@@ -168,19 +168,28 @@ func TestCreateVolumeCapacity(t *testing.T) {
 func TestCreateVolumeLayout(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("layout", 0))
-	fi, err := os.Stat(d.store.volumePath(volumeIDOf(id)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != volumeDataPerm || !fi.IsDir() {
-		t.Errorf("volume dir mode = %s, want dir %o", fi.Mode(), volumeDataPerm)
+	// An empty volume is its journal entry: the directory is made at
+	// first use.
+	if _, err := os.Lstat(d.store.volumePath(volumeIDOf(id))); !os.IsNotExist(err) {
+		t.Errorf("volume directory made at create: %v", err)
 	}
 	rec, err := d.store.readVolume(volumeIDOf(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Name != "layout" || rec.handle() != id || rec.CreatedAt.IsZero() {
+	if rec.Name != "layout" || rec.handle() != id || rec.CreatedAt.IsZero() || !rec.DataOnFirstUse {
 		t.Errorf("record = %+v", rec)
+	}
+	dir, err := d.volumeDir(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != volumeDataPerm || !fi.IsDir() {
+		t.Errorf("volume dir mode = %s, want dir %o", fi.Mode(), volumeDataPerm)
 	}
 	// Nothing is left in the work area.
 	entries, _ := os.ReadDir(d.store.work)
@@ -349,7 +358,15 @@ func TestControllerGetVolumeAndHealth(t *testing.T) {
 		t.Errorf("healthy volume (-want +got):\n%s", diff)
 	}
 
-	// The data directory vanishes behind the driver's back.
+	// Published (its directory made at first use), then the data
+	// directory vanishes behind the driver's back.
+	rec, err := d.store.readVolume(volumeIDOf(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.volumeDir(rec); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(d.store.volumePath(volumeIDOf(id))); err != nil {
 		t.Fatal(err)
 	}

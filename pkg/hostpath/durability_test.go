@@ -73,67 +73,81 @@ func createVol(t *testing.T, d *Driver, name string, params map[string]string) *
 	return resp.GetVolume()
 }
 
-// A create renames the data into place before the record, and after both
-// renames, before it returns, syncs the record file, the new data
-// directory and both parents: 4 fsyncs.
-func TestCreateVolumeSyncOrder(t *testing.T) {
-	d, r := tracedDriver(t)
-	vol := createVol(t, d, "order", map[string]string{"k": "v"})
-	ev := r.take()
-	id := volumeIDOf(vol.GetVolumeId())
-	data := d.store.volumePath(volumeIDOf(id))
-	record := d.store.recordPath("volumes", volumeIDOf(id))
-	renData, renRec := index(ev, "rename "+data), index(ev, "rename "+record)
-	if renData < 0 || renRec < 0 || renData > renRec {
-		t.Fatalf("want the data renamed into place before the record; events:\n%s", strings.Join(ev, "\n"))
+// logEntries decodes every entry of d's journal on disk, in order.
+func logEntries(t *testing.T, d *Driver) []*journalEntry {
+	t.Helper()
+	gens, err := listLogs(d.store.journalDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := []string{
-		"fsync " + filepath.Join(d.store.metaDir("volumes"), "."+id+".json."), // the record file (its temporary name)
-		"fsync " + data,
-		"fsync " + d.store.volumesDir(),
-		"fsync " + d.store.metaDir("volumes"),
-	}
-	for _, w := range want {
-		i := indexPrefix(ev, w)
-		if i < 0 || i < renRec {
-			t.Errorf("want %q after the record's rename (at %d), got index %d; events:\n%s", w, renRec, i, strings.Join(ev, "\n"))
+	var out []*journalEntry
+	for _, g := range gens {
+		b, err := os.ReadFile(filepath.Join(d.store.journalDir(), logName(g)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, bad := decodeEntries(b, func(e *journalEntry) { out = append(out, e) }); n != len(b) || bad {
+			t.Fatalf("log %s: %d of %d bytes decode (damaged: %v)", logName(g), n, len(b), bad)
 		}
 	}
-	if n := len(slices.DeleteFunc(slices.Clone(ev), func(e string) bool { return !strings.HasPrefix(e, "fsync ") })); n != len(want) {
-		t.Errorf("want %d fsyncs for one create, got %d:\n%s", len(want), n, strings.Join(ev, "\n"))
-	}
-	// The record is complete on disk, parameters included.
-	rec, err := d.store.readVolume(volumeIDOf(id))
-	if err != nil || rec.Parameters["k"] != "v" || rec.CapacityBytes != 5<<20 {
-		t.Errorf("record = %+v, %v", rec, err)
+	return out
+}
+
+// onlyEvent fails unless ev is exactly one fsync of d's current log.
+func onlyLogSync(t *testing.T, d *Driver, what string, ev []string) {
+	t.Helper()
+	want := "fsync " + d.store.journal.f.Name()
+	if len(ev) != 1 || ev[0] != want {
+		t.Errorf("%s: want one event, %q; got:\n%s", what, want, strings.Join(ev, "\n"))
 	}
 }
 
-// A delete syncs nothing, and removes the record before the data.
-func TestDeleteVolumeSyncsNothing(t *testing.T) {
+// An empty volume's create is one journal entry made durable by one
+// fdatasync of the log: no directory, no record file, no rename (the
+// directory is made at first use, TestCreateVolumeLayout).
+func TestCreateVolumeIsOneJournalEntry(t *testing.T) {
+	d, r := tracedDriver(t)
+	createVol(t, d, "first", nil) // takes the lease, starts a log
+	r.take()
+	vol := createVol(t, d, "order", map[string]string{"k": "v"})
+	onlyLogSync(t, d, "CreateVolume", r.take())
+	id := volumeIDOf(vol.GetVolumeId())
+	entries := logEntries(t, d)
+	last := entries[len(entries)-1]
+	if last.Op != opPut || last.ID != id || last.Volume.Parameters["k"] != "v" || last.Volume.CapacityBytes != 5<<20 || !last.Volume.DataOnFirstUse {
+		t.Errorf("last journal entry = %+v (%+v), want the put of %s", last, last.Volume, id)
+	}
+}
+
+// A delete is durable when it returns: its entry is synced, so a power
+// loss never brings an acknowledged delete back; a volume whose directory
+// was never made needs nothing else.
+func TestDeleteVolumeIsDurable(t *testing.T) {
 	d, r := tracedDriver(t)
 	vol := createVol(t, d, "del", nil)
 	r.take()
 	if _, err := d.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()}); err != nil {
 		t.Fatal(err)
 	}
-	ev := r.take()
-	for _, e := range ev {
-		if strings.HasPrefix(e, "fsync") || strings.HasPrefix(e, "syncfs") {
-			t.Errorf("DeleteVolume synced: %s", e)
-		}
+	onlyLogSync(t, d, "DeleteVolume", r.take())
+	entries := logEntries(t, d)
+	if last := entries[len(entries)-1]; last.Op != opDelete || last.ID != volumeIDOf(vol.GetVolumeId()) {
+		t.Errorf("last journal entry = %+v, want the delete", last)
 	}
-	if _, err := os.Lstat(d.store.recordPath("volumes", volumeIDOf(vol.GetVolumeId()))); !os.IsNotExist(err) {
+	if _, err := d.store.readVolume(volumeIDOf(vol.GetVolumeId())); !os.IsNotExist(err) {
 		t.Errorf("record still there: %v", err)
 	}
-	if _, err := os.Lstat(d.store.volumePath(volumeIDOf(vol.GetVolumeId()))); !os.IsNotExist(err) {
-		t.Errorf("data still there: %v", err)
+	// Deleting it again changes nothing and syncs nothing.
+	if _, err := d.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := r.take(); len(ev) != 0 {
+		t.Errorf("a second delete did: %v", ev)
 	}
 }
 
-// Replacing an acknowledged record (an expansion) syncs the new content
-// before the rename, so a power loss leaves the old or the new record.
-func TestExpandSyncsBeforeRename(t *testing.T) {
+// An expansion is a new put of the whole record, synced before it returns.
+func TestExpandIsJournalled(t *testing.T) {
 	d, r := tracedDriver(t)
 	vol := createVol(t, d, "grow", nil)
 	r.take()
@@ -142,12 +156,10 @@ func TestExpandSyncsBeforeRename(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ev := r.take()
-	record := d.store.recordPath("volumes", volumeIDOf(vol.GetVolumeId()))
-	fs, ren := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), ".")), index(ev, "rename "+record)
-	dir := index(ev, "fsync "+d.store.metaDir("volumes"))
-	if fs < 0 || ren < 0 || dir < 0 || !(fs < ren && ren < dir) {
-		t.Errorf("want fsync(file) < rename < fsync(dir); events:\n%s", strings.Join(ev, "\n"))
+	onlyLogSync(t, d, "ControllerExpandVolume", r.take())
+	entries := logEntries(t, d)
+	if last := entries[len(entries)-1]; last.Op != opPut || last.Volume.CapacityBytes != 9<<20 || last.Volume.Name != "grow" {
+		t.Errorf("last journal entry = %+v, want the put with 9 MiB", last)
 	}
 }
 
@@ -174,86 +186,91 @@ func TestCloneSyncsCopyBeforePublishing(t *testing.T) {
 	}
 }
 
-// A create's four syncs run at once: each waits in the trace until all
-// four have started, which syncs run in turn would never do.
-func TestCreateSyncsRunAtOnce(t *testing.T) {
+// Group commit: creates that append while a sync of the log runs wait for
+// it to end and then share one sync, led by the first of them. The first
+// sync is held until 15 more creates have appended: none of those may
+// return before the second sync, and 16 creates take 2 syncs.
+func TestGroupCommit(t *testing.T) {
 	d := newTestDriver(t, Options{})
-	const syncs = 4
-	var mu sync.Mutex
-	started := 0
+	createVol(t, d, "warm-up", nil)
+	const n = 16
+	var (
+		mu       sync.Mutex
+		syncs    int
+		appended int
+		returned int
+		early    []string
+	)
 	all := make(chan struct{})
-	d.store.sync.trace = func(op, _ string) {
-		if op != "fsync" {
+	hook := func(point string) {
+		if point != "journal-appended" {
 			return
 		}
 		mu.Lock()
-		started++
-		n := started
-		if n == syncs {
+		appended++
+		if appended == n {
 			close(all)
 		}
 		mu.Unlock()
-		select {
-		case <-all:
-		case <-time.After(5 * time.Second):
-			t.Errorf("a sync waited 5s for the others to start: %d of %d had started when it did", n, syncs)
+	}
+	testHook.Store(&hook)
+	t.Cleanup(func() { testHook.Store(nil) })
+	log := d.store.journal.f.Name()
+	d.store.sync.trace = func(op, path string) {
+		if op != "fsync" || path != log {
+			return
+		}
+		mu.Lock()
+		syncs++
+		first := syncs == 1
+		mu.Unlock()
+		if first {
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second):
+				t.Errorf("the other creates did not append within 10s while the first sync was held")
+			}
+			time.Sleep(20 * time.Millisecond) // give a wrong implementation time to return early
+			mu.Lock()
+			if returned > 0 {
+				early = append(early, fmt.Sprintf("%d creates returned while the sync of the first was still held", returned))
+			}
+			mu.Unlock()
 		}
 	}
-	createVol(t, d, "at-once", nil)
-	mu.Lock()
-	defer mu.Unlock()
-	if started != syncs {
-		t.Errorf("want %d syncs, got %d", syncs, started)
-	}
-}
-
-// Concurrent creates each return only after their own record file, new
-// directory and both parents were synced after their renames.
-func TestConcurrentCreatesSyncBeforeReturn(t *testing.T) {
-	d, r := tracedDriver(t)
-	const n = 16
 	var wg sync.WaitGroup
-	ids := make([]string, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			vol := createVol(t, d, fmt.Sprintf("concurrent-%d", i), nil)
-			ids[i] = vol.GetVolumeId()
-			r.add("return " + vol.GetVolumeId())
-		}()
+		wg.Go(func() {
+			createVol(t, d, fmt.Sprintf("group-%d", i), nil)
+			mu.Lock()
+			returned++
+			mu.Unlock()
+		})
 	}
 	wg.Wait()
-	ev := r.take()
-	for _, id := range ids {
-		ret := index(ev, "return "+id)
-		renRec := index(ev, "rename "+d.store.recordPath("volumes", volumeIDOf(id)))
-		file := indexPrefix(ev, "fsync "+filepath.Join(d.store.metaDir("volumes"), "."+volumeIDOf(id)+".json."))
-		dir := index(ev, "fsync "+d.store.volumePath(volumeIDOf(id)))
-		if renRec < 0 || file < renRec || dir < renRec || file > ret || dir > ret {
-			t.Errorf("%s: record renamed at %d, record synced at %d, directory synced at %d, returned at %d; want both syncs between rename and return", id, renRec, file, dir, ret)
-			continue
-		}
-		for _, parent := range []string{d.store.volumesDir(), d.store.metaDir("volumes")} {
-			synced := false
-			for i := renRec; i < ret; i++ {
-				synced = synced || ev[i] == "fsync "+parent
-			}
-			if !synced {
-				t.Errorf("%s returned before a sync of %s after its renames", id, parent)
-			}
-		}
+	for _, e := range early {
+		t.Error(e)
+	}
+	if syncs != 2 {
+		t.Errorf("%d creates took %d syncs of the log, want 2 (the held one and one shared by the %d appended meanwhile)", n, syncs, n-1)
+	}
+	entries := logEntries(t, d)
+	if len(entries) != n+1 {
+		t.Errorf("the log holds %d entries, want %d", len(entries), n+1)
 	}
 }
 
-// A new Driver cleans up what interrupted creates and deletes leave.
+// A new Driver cleans up what interrupted creates and deletes leave, and
+// replays the journal a writer that died left.
 func TestRecoverLeftovers(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "base")
 	d := newTestDriver(t, Options{BasePath: base})
 	kept := volumeIDOf(createVol(t, d, "kept", nil).GetVolumeId())
+	gone := volumeIDOf(createVol(t, d, "deleted", nil).GetVolumeId())
+	if _, err := d.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: gone}); err != nil {
+		t.Fatal(err)
+	}
 	s := d.store
-	noData := volumeIDFor("record-without-data")
-	testkit.WriteFile(t, s.recordPath("volumes", noData), `{"id":"`+noData+`","name":"record-without-data"}`, 0o640)
 	empty := volumeIDFor("empty-record")
 	testkit.WriteFile(t, s.recordPath("volumes", empty), "", 0o640)
 	if err := os.Mkdir(s.volumePath(empty), 0o750); err != nil {
@@ -263,6 +280,8 @@ func TestRecoverLeftovers(t *testing.T) {
 	if err := os.Mkdir(s.volumePath(orphan), 0o750); err != nil {
 		t.Fatal(err)
 	}
+	snapNoData := snapshotIDFor("snapshot-record-without-data")
+	testkit.WriteFile(t, s.recordPath("snapshots", snapNoData), `{"id":"`+snapNoData+`","name":"x"}`, 0o640)
 	tmpRec := filepath.Join(s.metaDir("volumes"), "."+orphan+".json.123.tmp")
 	testkit.WriteFile(t, tmpRec, "{", 0o640)
 	// A Driver that was killed: its work and lock stay.
@@ -273,22 +292,28 @@ func TestRecoverLeftovers(t *testing.T) {
 	testkit.WriteFile(t, dead+".lock", "", 0o640)
 
 	// With another live Driver (d) on the base path, data without a record
-	// may be a create between its renames: it stays.
+	// may be a create between its steps: it stays, and the journal is its
+	// writer's.
 	other := newTestDriver(t, Options{BasePath: base})
 	if _, err := os.Lstat(s.volumePath(orphan)); err != nil {
 		t.Errorf("data without a record removed while another Driver is alive: %v", err)
 	}
-	for _, gone := range []string{s.recordPath("volumes", noData), s.recordPath("volumes", empty), dead} {
+	for _, gone := range []string{s.recordPath("snapshots", snapNoData), dead} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s not removed: %v", gone, err)
 		}
 	}
+	if _, err := other.store.readVolume(kept); err != nil {
+		t.Errorf("a reader does not see the writer's volume: %v", err)
+	}
 	other.Close()
+	// The writer dies: nothing is compacted, its log stays.
+	d.store.journal.f = nil // Close must not sync or compact anything more
 	d.Close()
 
-	// Alone, it goes, with the temporary record file.
+	// Alone, the journal is folded into the records, and the leftovers go.
 	d2 := newTestDriver(t, Options{BasePath: base})
-	for _, gone := range []string{s.volumePath(orphan), s.volumePath(empty), tmpRec} {
+	for _, gone := range []string{s.volumePath(orphan), s.volumePath(empty), s.recordPath("volumes", empty), tmpRec, s.recordPath("volumes", gone)} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s not removed: %v", gone, err)
 		}
@@ -296,7 +321,14 @@ func TestRecoverLeftovers(t *testing.T) {
 	if _, err := d2.store.readVolume(kept); err != nil {
 		t.Errorf("a complete volume did not survive recovery: %v", err)
 	}
-	if _, err := os.Lstat(d2.store.volumePath(kept)); err != nil {
-		t.Errorf("a complete volume's data did not survive recovery: %v", err)
+	if _, err := d2.store.readVolume(gone); !os.IsNotExist(err) {
+		t.Errorf("a deleted volume came back: %v", err)
+	}
+	var rec volumeRecord
+	if err := readJSON(s.recordPath("volumes", kept), &rec); err != nil || rec.Name != "kept" {
+		t.Errorf("the replay did not write the record of the kept volume: %+v, %v", rec, err)
+	}
+	if gens, _ := listLogs(s.journalDir()); len(gens) != 1 {
+		t.Errorf("after the replay the journal has the logs %v, want only the newest", gens)
 	}
 }

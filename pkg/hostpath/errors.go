@@ -57,3 +57,7 @@ func internalError(err error, format string, args ...any) error {
 	}
 	return status.Errorf(codes.Internal, "%s: %v", fmt.Sprintf(format, args...), err)
 }
+
+func unavailable(format string, args ...any) error {
+	return status.Errorf(codes.Unavailable, format, args...)
+}

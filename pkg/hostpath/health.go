@@ -15,10 +15,13 @@ import (
 // can go wrong with a directory volume short of the whole file system is the
 // directory itself disappearing or being replaced.
 
-func (d *Driver) dataHealth(id string) []*csi.VolumeHealth_VolumeHealthEntry {
+func (d *Driver) dataHealth(rec *volumeRecord) []*csi.VolumeHealth_VolumeHealthEntry {
+	id := rec.ID
 	path := d.store.volumePath(id)
 	fi, err := os.Stat(path)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && rec.DataOnFirstUse && !d.store.made(id):
+		return nil // made at first use; never published yet
 	case errors.Is(err, fs.ErrNotExist):
 		return []*csi.VolumeHealth_VolumeHealthEntry{{
 			Status:  csi.VolumeHealthErrorType_INACCESSIBLE,
@@ -48,7 +51,7 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 	}
 	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{
 		VolumeId:       rec.handle(),
-		HealthStatuses: d.dataHealth(rec.ID),
+		HealthStatuses: d.dataHealth(rec),
 	}}, nil
 }
 
@@ -61,7 +64,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 	}
 	var sick []*csi.VolumeHealth
 	for _, r := range recs {
-		if h := d.dataHealth(r.ID); len(h) > 0 {
+		if h := d.dataHealth(r); len(h) > 0 {
 			sick = append(sick, &csi.VolumeHealth{VolumeId: r.handle(), HealthStatuses: h})
 		}
 	}
@@ -77,7 +80,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if err != nil {
 		return nil, err
 	}
-	entries := d.dataHealth(rec.ID)
+	entries := d.dataHealth(rec)
 	if len(entries) == 0 {
 		dir := d.store.volumePath(rec.ID)
 		for _, p := range []struct{ path, reason, what string }{

@@ -121,3 +121,47 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// compactNow retires d's journal log and folds every log before the new
+// one into the records folder, as the writer does once a log is full.
+func compactNow(t *testing.T, d *Driver) {
+	t.Helper()
+	s := d.store
+	j := &s.journal
+	j.mu.Lock()
+	if j.f != nil {
+		if err := j.startLog(j.gen); err != nil {
+			j.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	for _, f := range j.retired {
+		f.Close() // every append returned: synced
+	}
+	j.retired = nil
+	gen := j.gen
+	j.mu.Unlock()
+	s.compactions.wait()
+	if gen == 0 {
+		return
+	}
+	if err := s.compact(gen, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reopen closes d and opens a Driver on its base path again, as a restart
+// does: the new one is alone there, so it replays the journal.
+func reopen(t *testing.T, d *Driver) *Driver {
+	t.Helper()
+	opts := d.opts
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { d2.Close() })
+	return d2
+}

@@ -31,7 +31,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -189,13 +188,8 @@ func otherBasePaths(base, own string, match func(*marker) bool) []OtherBasePath 
 		if err != nil || m.Fingerprint == own || match != nil && !match(m) {
 			continue
 		}
-		vols, _ := os.ReadDir(filepath.Join(p, "meta", "volumes"))
-		n := 0
-		for _, v := range vols {
-			if strings.HasSuffix(v.Name(), ".json") && validVolumeID(strings.TrimSuffix(v.Name(), ".json")) {
-				n++
-			}
-		}
+		vols, _ := VolumesAt(p)
+		n := len(vols)
 		out = append(out, OtherBasePath{Path: p, Fingerprint: m.Fingerprint, Connection: m.Connection, Volumes: n})
 	}
 	return out

@@ -111,6 +111,7 @@ func TestHandlesWithoutFingerprint(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	h := mustCreate(t, d, createReq("old", 0))
 	id := volumeIDOf(h)
+	compactNow(t, d)
 	path := d.store.recordPath("volumes", id)
 	var rec map[string]any
 	if err := json.Unmarshal([]byte(readFile(t, path)), &rec); err != nil {
@@ -119,6 +120,7 @@ func TestHandlesWithoutFingerprint(t *testing.T) {
 	delete(rec, "fingerprint")
 	data, _ := json.Marshal(rec)
 	testkit.WriteFile(t, path, string(data), 0o640)
+	d = reopen(t, d)
 
 	list, err := d.ListVolumes(ctx, &csi.ListVolumesRequest{})
 	if err != nil || len(list.Entries) != 1 || list.Entries[0].GetVolume().GetVolumeId() != id {

@@ -87,11 +87,7 @@ func (d *Driver) nodeVolume(id string) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	dir = d.store.volumePath(rec.ID)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return "", failedPrecondition("volume %s has a record but its data directory %s is missing or unreadable", id, dir)
-	}
-	return dir, nil
+	return d.volumeDir(rec)
 }
 
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {

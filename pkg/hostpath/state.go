@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,10 @@ type volumeRecord struct {
 	// volume's handle carries (marker.go); empty for a volume made before
 	// markers existed, whose handle is its bare ID.
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// DataOnFirstUse: the volume's directory is made where it is first
+	// needed (NodeStageVolume, NodePublishVolume), not at create: an empty
+	// volume whose directory is missing was never published.
+	DataOnFirstUse bool `json:"dataOnFirstUse,omitempty"`
 }
 
 // snapshotRecord is meta/snapshots/<id>.json.
@@ -92,15 +97,27 @@ type store struct {
 	// sync runs the fsyncs (sync.go); its trace, when set, sees every
 	// rename, fsync and syncfs (the durability tests).
 	sync syncer
+
+	// Volumes: the index in memory, the journal that changes them
+	// (journal.go) and its compaction (compact.go). writer is set once
+	// this Driver holds the journal's lease.
+	index       volumeIndex
+	journal     journal
+	compactions compactor
+	writerMu    sync.Mutex
+	writer      atomic.Bool
 }
 
 func openStore(base string, log *slog.Logger) (*store, error) {
 	s := &store{base: base, log: log}
+	s.journal = journal{dir: s.journalDir(), lockPath: filepath.Join(s.base, "meta", journalLock), base: base, sync: &s.sync}
+	s.journal.idle.L = &s.journal.mu
+	s.journal.compactor = func(below uint64) { s.compactions.start(s, below) }
 	for _, dir := range []string{
 		base,
 		s.volumesDir(), s.snapshotsDir(),
 		s.metaDir("volumes"), s.metaDir("snapshots"), s.metaDir("attachments"),
-		s.tmpDir(),
+		s.metaDir("made"), s.journalDir(), s.tmpDir(),
 	} {
 		if err := ensureDir(dir, dirPerm); err != nil {
 			return nil, err
@@ -110,7 +127,12 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 	if err := s.claimWork(); err != nil {
 		return nil, err
 	}
-	s.recover(others == 0, dead > 0)
+	st, err := s.loadVolumes()
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("read the volumes of %s: %w", base, err)
+	}
+	s.recover(st, others == 0, dead > 0)
 	return s, nil
 }
 
@@ -230,6 +252,8 @@ func (s *store) close() error {
 	if s.lock == nil {
 		return nil
 	}
+	s.compactions.wait()
+	s.journal.close()
 	err := removeTree(s.work)
 	os.Remove(s.lockPath)
 	s.lock.Close()
@@ -261,6 +285,7 @@ func (s *store) trash(path, prefix string) error {
 	if err := s.rename(path, aside); err != nil {
 		return err
 	}
+	s.sync.note("remove", aside)
 	if err := removeTree(aside); err != nil {
 		s.log.Warn("cannot remove work directory; the next start will retry", "path", aside, "error", err)
 	}
@@ -271,19 +296,6 @@ func (s *store) trash(path, prefix string) error {
 
 func (s *store) recordPath(kind, id string) string {
 	return filepath.Join(s.metaDir(kind), id+".json")
-}
-
-// readVolume returns fs.ErrNotExist (wrapped) when the volume has no record.
-func (s *store) readVolume(id string) (*volumeRecord, error) {
-	var r volumeRecord
-	if err := readJSON(s.recordPath("volumes", id), &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-func (s *store) writeVolume(r *volumeRecord) error {
-	return s.writeJSON(s.recordPath("volumes", r.ID), r)
 }
 
 // createRecord publishes the record of a new volume or snapshot: it writes
@@ -302,6 +314,7 @@ func (s *store) createRecord(kind, id string, v any) (f *os.File, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.sync.note("create", f.Name())
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -347,26 +360,6 @@ func (s *store) writeAttachments(r *attachmentsRecord) error {
 		return s.removeFile(s.recordPath("attachments", r.VolumeID))
 	}
 	return s.writeJSON(s.recordPath("attachments", r.VolumeID), r)
-}
-
-// listVolumes returns every volume record sorted by ID.
-func (s *store) listVolumes() ([]*volumeRecord, error) {
-	ids, err := s.listIDs("volumes", validVolumeID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*volumeRecord, 0, len(ids))
-	for _, id := range ids {
-		r, err := s.readVolume(id)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // deleted while listing
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // listSnapshots returns every snapshot record sorted by ID.

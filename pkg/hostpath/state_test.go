@@ -168,6 +168,7 @@ func TestRecordsAreWrittenAtomically(t *testing.T) {
 		d.ControllerExpandVolume(context.Background(), &csi.ControllerExpandVolumeRequest{
 			VolumeId: volumeIDFor("v"), CapacityRange: &csi.CapacityRange{RequiredBytes: int64(100 + i)}})
 	}
+	compactNow(t, d)
 	entries, err := os.ReadDir(d.store.metaDir("volumes"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,9 @@ func TestRecordsAreWrittenAtomically(t *testing.T) {
 func TestCorruptRecord(t *testing.T) {
 	d := newTestDriver(t, Options{})
 	id := mustCreate(t, d, createReq("v", 0))
+	compactNow(t, d)
 	testkit.WriteFile(t, d.store.recordPath("volumes", volumeIDOf(id)), "{not json", 0o640)
+	d = reopen(t, d)
 	_, err := d.ControllerGetVolume(context.Background(), &csi.ControllerGetVolumeRequest{VolumeId: id})
 	testkit.WantCode(t, err, codes.Internal, volumeIDOf(id)+".json is corrupt")
 	_, err = d.ListVolumes(context.Background(), &csi.ListVolumesRequest{})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,9 +25,31 @@ import (
 // nothing, since the page cache survives the process.
 
 // syncer runs the store's fsyncs; trace, when set, sees each one (the
-// durability tests).
+// durability tests). Every fsync and directory operation is counted in
+// Stats.
 type syncer struct {
 	trace func(op, path string)
+}
+
+// Stats counts, for every Driver of the process, the fsync(2) and
+// fdatasync(2) calls (Fsyncs) and the directory operations (DirOps:
+// mkdir, rename, create and remove of an entry) of the driver's state,
+// for `make bench` and the metrics.
+type Stats struct {
+	Fsyncs, DirOps uint64
+}
+
+var stats struct{ fsyncs, dirOps atomic.Uint64 }
+
+// Counters returns the process's totals so far.
+func Counters() Stats {
+	return Stats{Fsyncs: stats.fsyncs.Load(), DirOps: stats.dirOps.Load()}
+}
+
+// fdatasync makes f's content (and its size) durable: the journal's sync.
+func (g *syncer) fdatasync(f *os.File) error {
+	g.note("fsync", f.Name())
+	return unix.Fdatasync(int(f.Fd()))
 }
 
 // commit makes files (open, already renamed into place; commit closes
@@ -113,6 +136,12 @@ func (g *syncer) syncFS(dir string) error {
 }
 
 func (g *syncer) note(op, path string) {
+	switch op {
+	case "fsync", "syncfs":
+		stats.fsyncs.Add(1)
+	case "rename", "mkdir", "create", "remove":
+		stats.dirOps.Add(1)
+	}
 	if g.trace != nil {
 		g.trace(op, path)
 	}

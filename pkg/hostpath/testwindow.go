@@ -3,6 +3,7 @@ package hostpath
 import (
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,5 +40,19 @@ func parseWindows(spec string) map[string]time.Duration {
 func window(name string) {
 	if d, ok := windows[name]; ok {
 		time.Sleep(d)
+	}
+}
+
+// testHook, set by this package's tests only, is called at every
+// testPoint: the power-loss tests copy the file system's image there.
+var testHook atomic.Pointer[func(point string)]
+
+// testPoint is a named step of the journal (journal-appended; replay-start;
+// compaction-start, -written, -synced, -removed): a crash window for the
+// crash test and a power-cut point for the unit tests.
+func testPoint(name string) {
+	window(name)
+	if h := testHook.Load(); h != nil {
+		(*h)(name)
 	}
 }

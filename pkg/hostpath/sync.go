@@ -29,6 +29,9 @@ import (
 // Stats.
 type syncer struct {
 	trace func(op, path string)
+	// fail, set by tests only, makes the journal's fdatasync of path fail
+	// with the error it returns.
+	fail func(path string) error
 }
 
 // Stats counts, for every Driver of the process, the fsync(2) and
@@ -49,6 +52,11 @@ func Counters() Stats {
 // fdatasync makes f's content (and its size) durable: the journal's sync.
 func (g *syncer) fdatasync(f *os.File) error {
 	g.note("fsync", f.Name())
+	if g.fail != nil {
+		if err := g.fail(f.Name()); err != nil {
+			return err
+		}
+	}
 	return unix.Fdatasync(int(f.Fd()))
 }
 

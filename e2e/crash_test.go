@@ -34,8 +34,12 @@ import (
 //     snapshot is listed; a deleted volume is gone;
 //   - CreateVolume retried with the same name returns the same volume;
 //   - nothing half-created is visible: every volume directory has a record
-//     and every record a directory, no temporary record is left, and the
+//     (an empty volume's directory is made at first use), snapshot data
+//     and records match one to one, no temporary record is left, and the
 //     killed process's work area is purged;
+//   - kills land inside a snapshot's create, inside the journal's
+//     compactions (their logs are made small) and between appends and
+//     their syncs; the recovery says it found what they left;
 //   - the calls that never returned are finished by their retry: the
 //     create is adopted (one volume, the name's), the snapshot made, the
 //     delete done.
@@ -64,19 +68,25 @@ func TestCrashMidStorm(t *testing.T) {
 		after   int           // OK'd calls before the kill; 0 = use wait
 		wait    time.Duration // time before the kill
 		windows string
-		// leftovers: the kill must leave data without a record, which
-		// the recovery or a retry must clean up.
-		leftovers bool
+		// compactAt: the journal's logs are compacted at this size, so
+		// that the storm compacts many times.
+		compactAt string
+		// leftovers: the line the recovery after the kill must log: it
+		// found what the kill was meant to leave and cleaned it up.
+		leftovers string
 	}{
 		{what: "after 10 calls", after: 10},
-		{what: "after 150 calls, creates paused between data and record", after: 150, windows: "data-placed=40ms", leftovers: true},
-		{what: "after 100 calls, deletes paused between record and data", after: 100, windows: "record-removed=40ms", leftovers: true},
-		{what: "at a random moment", wait: killDelay(t)},
+		{what: "after 150 calls, snapshot creates paused between data and record", after: 150, windows: "data-placed=40ms", leftovers: "recovery: removing data without a record"},
+		{what: "after 150 calls, compactions paused between their steps", after: 150, windows: "compaction-written=30ms,compaction-synced=30ms", compactAt: "4096", leftovers: "recovery: finishing a compaction its writer did not finish"},
+		{what: "at a random moment, appends paused before their sync", wait: killDelay(t), windows: "journal-appended=2ms", compactAt: "16384"},
 	}
 	for round, k := range kills {
 		spec := spec
 		if k.windows != "" {
-			spec.env = []string{"PROXY_TOPOLOGY_TEST_HOSTPATH_WINDOWS=" + k.windows}
+			spec.env = append(spec.env, "PROXY_TOPOLOGY_TEST_HOSTPATH_WINDOWS="+k.windows)
+		}
+		if k.compactAt != "" {
+			spec.env = append(spec.env, "PROXY_TOPOLOGY_TEST_HOSTPATH_COMPACT_AT="+k.compactAt)
 		}
 		p := startProcess(t, dir, spec)
 		if round > 0 {
@@ -147,10 +157,13 @@ func TestCrashMidStorm(t *testing.T) {
 			t.Errorf("DeleteVolume %s: %v", v.id, err)
 		}
 	}
-	for _, sub := range []string{"volumes", "snapshots", "meta/volumes", "meta/snapshots"} {
+	for _, sub := range []string{"volumes", "snapshots", "meta/snapshots", "meta/made"} {
 		if n := entries(t, filepath.Join(base, sub)); n != 0 {
 			t.Errorf("%d entries left in %s after deleting everything", n, sub)
 		}
+	}
+	if vols, err := hostpath.VolumesAt(base); err != nil || len(vols) != 0 {
+		t.Errorf("volumes recorded after deleting everything: %v, %v", vols, err)
 	}
 }
 
@@ -168,8 +181,8 @@ type crashModel struct {
 	unanswered []crashCall
 	// failures are errors other than the kill's UNAVAILABLE.
 	failures []string
-	// wantLeftovers: the last kill must have left data without a record.
-	wantLeftovers bool
+	// wantLeftovers: the line the recovery after the last kill must log.
+	wantLeftovers string
 
 	oks      atomic.Int64
 	inFlight atomic.Int64
@@ -292,6 +305,10 @@ func (m *crashModel) verify(t *testing.T, p *process, base, when string) {
 	listed := testkit.Volumes(testkit.ListAllVolumes(callCtx(t), t, ctrl, 0))
 	log, _ := os.ReadFile(p.logPath)
 	removed := strings.Count(string(log), "recovery: removing data without a record")
+	leftovers := 0
+	if m.wantLeftovers != "" {
+		leftovers = strings.Count(string(log), m.wantLeftovers)
+	}
 	m.checkState(t, ctrl, base, listed, when)
 
 	// Retry what never returned: the create adopts its leftovers (one
@@ -336,8 +353,8 @@ func (m *crashModel) verify(t *testing.T, p *process, base, when string) {
 	t.Logf("%s: %d volumes, %d snapshots, %d deleted; %d unanswered calls retried; the driver's recovery removed %d leftovers (data without a record) and purged %d work areas",
 		when, len(m.volumes), len(m.snaps), len(m.deleted), len(unanswered), removed,
 		strings.Count(string(log), "removed work left by a previous run"))
-	if m.wantLeftovers && removed == 0 {
-		t.Errorf("%s: the kill was meant to land between two steps of a create or delete, but the recovery found nothing to clean up", when)
+	if m.wantLeftovers != "" && leftovers == 0 {
+		t.Errorf("%s: the kill was meant to land between two steps, but the recovery did not log %q", when, m.wantLeftovers)
 	}
 }
 
@@ -370,11 +387,7 @@ func (m *crashModel) checkState(t *testing.T, ctrl csi.ControllerClient, base st
 			Name       string            `json:"name"`
 			Parameters map[string]string `json:"parameters"`
 		}
-		handle := hostpath.VolumeDir(strings.TrimPrefix(v.id, "v:crash/"))
-		data, err := os.ReadFile(filepath.Join(base, "meta", "volumes", handle+".json"))
-		if err == nil {
-			err = json.Unmarshal(data, &rec)
-		}
+		err := readRecord(base, "volumes", v.id, &rec)
 		if err != nil || rec.Name != name || rec.Parameters["crash-tag"] != v.tag {
 			t.Errorf("%s: record of %s: name %q, parameters %v, %v; want the tag %s", when, name, rec.Name, rec.Parameters, err, v.tag)
 		}
@@ -395,9 +408,25 @@ func (m *crashModel) checkState(t *testing.T, ctrl csi.ControllerClient, base st
 			t.Errorf("%s: snapshot %s returned OK but ListSnapshots = %v, %v", when, id, resp.GetEntries(), err)
 		}
 	}
-	// Nothing half-created: data and records match one to one, and no
+	// Nothing half-created: no volume directory without a record (an
+	// empty volume's directory is made at first use, so a record without
+	// one is normal); snapshot data and records match one to one; no
 	// temporary record is left.
-	for _, kind := range []string{"volumes", "snapshots"} {
+	vols, err := hostpath.VolumesAt(base)
+	if err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	for _, e := range readDir(t, filepath.Join(base, "volumes")) {
+		if _, ok := vols[e]; !ok {
+			t.Errorf("%s: volume directory %s without a record (half-created or half-deleted, visible on disk)", when, e)
+		}
+	}
+	for _, e := range readDir(t, filepath.Join(base, "meta", "volumes")) {
+		if strings.HasPrefix(e, ".") {
+			t.Errorf("%s: %s left in meta/volumes", when, e)
+		}
+	}
+	for _, kind := range []string{"snapshots"} {
 		dirs := map[string]bool{}
 		for _, e := range readDir(t, filepath.Join(base, kind)) {
 			dirs[e] = true
@@ -497,6 +526,19 @@ func killDelay(t *testing.T) time.Duration {
 // connection by its proxy id.
 func readRecord(base, kind, id string, rec any) error {
 	handle := hostpath.VolumeDir(id[strings.IndexByte(id, '/')+1:])
+	if kind == "volumes" {
+		// Volumes are recorded in the records folder and the journal.
+		vols, err := hostpath.VolumesAt(base)
+		if err != nil {
+			return err
+		}
+		v, ok := vols[handle]
+		if !ok {
+			return fmt.Errorf("volume %s: %w", handle, os.ErrNotExist)
+		}
+		data, _ := json.Marshal(map[string]any{"name": v.Name, "parameters": v.Parameters})
+		return json.Unmarshal(data, rec)
+	}
 	data, err := os.ReadFile(filepath.Join(base, "meta", kind, handle+".json"))
 	if err != nil {
 		return err

@@ -35,14 +35,16 @@ import (
 const (
 	journalDir  = "journal"
 	journalLock = "journal.lock"
-	// compactAt is the size at which a log is retired and compacted.
-	compactAt = 4 << 20
 	// frameHeader is an entry's length and its CRC-32C, 4 bytes each.
 	frameHeader = 8
 	// maxEntry bounds one entry's JSON: a volume record with its
 	// parameters (each at most 128 KiB in total, CSI) is far below.
 	maxEntry = 4 << 20
 )
+
+// compactAt is the size at which a log is retired and compacted (4 MiB;
+// the crash test sets a smaller one, testwindow.go).
+var compactAt = testCompactAt(4 << 20)
 
 // Journal operations.
 const (

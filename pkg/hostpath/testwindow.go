@@ -2,6 +2,7 @@ package hostpath
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,11 @@ import (
 //
 //   - data-placed: a create has renamed its data into place and not yet
 //     its record;
-//   - record-removed: a delete has removed the record and not yet the data.
+//   - record-removed: a delete has made its journal entry (or removed a
+//     snapshot's record) durable and not yet removed the data;
+//   - journal-appended: an entry is in the log, not yet synced;
+//   - compaction-start, -written, -synced, -removed and replay-start:
+//     the steps of a compaction and of the replay at start (compact.go).
 const windowsEnv = "PROXY_TOPOLOGY_TEST_HOSTPATH_WINDOWS"
 
 var windows = parseWindows(os.Getenv(windowsEnv))
@@ -55,4 +60,15 @@ func testPoint(name string) {
 	if h := testHook.Load(); h != nil {
 		(*h)(name)
 	}
+}
+
+// compactAtEnv, for the crash test only, sets the size at which a journal
+// log is compacted, so that a short storm compacts many times.
+const compactAtEnv = "PROXY_TOPOLOGY_TEST_HOSTPATH_COMPACT_AT"
+
+func testCompactAt(def int64) int64 {
+	if n, err := strconv.ParseInt(os.Getenv(compactAtEnv), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return def
 }

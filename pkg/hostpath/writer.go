@@ -98,6 +98,9 @@ func (s *store) replayAtStart(st *volumeState) {
 		s.log.Warn("recovery: a journal log ends in a damaged entry (an append a power loss tore, never acknowledged); what follows it is ignored", "log", d)
 	}
 	testPoint("replay-start")
+	if gens, _ := listLogs(s.journalDir()); len(gens) > 1 {
+		s.log.Info("recovery: finishing a compaction its writer did not finish", "logs", len(gens))
+	}
 	if st.gen > 0 {
 		if err := s.compact(st.gen+1, true); err != nil {
 			s.log.Warn("recovery: cannot fold the volume journal into the records; it is replayed again at the next start", "error", err)

@@ -22,6 +22,7 @@ package metrics
 
 import (
 	"context"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,14 @@ func New() *Metrics {
 	}
 	m.reg.MustRegister(m.rpcs, m.rpcSeconds, m.upstreams, m.upstreamSeconds,
 		m.loads, m.reloads, m.loadFailures, m.longIDs, m.lostReplies, m.build,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Name: "local_hostpath_fsyncs_total",
+			Help: "fsync and fdatasync calls the built-in local-hostpath driver made for its state (journal, records, new directories), all connections together.",
+		}, func() float64 { return float64(hostpath.Counters().Fsyncs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Name: "local_hostpath_directory_operations_total",
+			Help: "Directory entries the built-in local-hostpath driver made, renamed or removed for its state and volumes, all connections together.",
+		}, func() float64 { return float64(hostpath.Counters().DirOps) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

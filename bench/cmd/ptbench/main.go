@@ -78,9 +78,9 @@ type options struct {
 	// paths; realWorkDir where its volumes go (default: the run's
 	// temporary directory, which must be on a disk); rounds and pairs per
 	// round at c=1 and c=16.
-	dcsi                                            string
-	realWorkDir                                     string
-	realWorkRounds, realWorkPairs1, realWorkPairs16 int
+	dcsi                                                             string
+	realWorkDir                                                      string
+	realWorkRounds, realWorkPairs1, realWorkPairs16, realWorkPairs64 int
 }
 
 // parts are what -skip leaves out; onlyParts what -only runs alone (the
@@ -127,6 +127,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.realWorkRounds, "realwork-rounds", 8, "interleaved rounds of the real-work section, at each concurrency")
 	fs.IntVar(&o.realWorkPairs1, "realwork-pairs1", 100, "CreateVolume+DeleteVolume pairs per path per round at concurrency 1")
 	fs.IntVar(&o.realWorkPairs16, "realwork-pairs16", 800, "pairs per path per round at concurrency 16")
+	fs.IntVar(&o.realWorkPairs64, "realwork-pairs64", 1600, "pairs per path per round at concurrency 64")
 	_ = fs.Parse(args)
 	outSet := false
 	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
@@ -299,8 +300,8 @@ func run(o options) (*Results, error) {
 			o.rounds1, o.n1, o.probeN, o.rounds64, o.n64, o.conc, o.connections, o.burstRounds, o.burstPairs, o.burstConc, o.nodeRules)
 	}
 	if o.runs("realwork") {
-		fmt.Printf("real work: per path, %d rounds x %d pairs at c=1 and x %d pairs at c=16; democratic-csi: %q\n",
-			o.realWorkRounds, o.realWorkPairs1, o.realWorkPairs16, o.dcsi)
+		fmt.Printf("real work: per path, %d rounds x %d pairs at c=1, x %d at c=16 and x %d at c=64; democratic-csi: %q\n",
+			o.realWorkRounds, o.realWorkPairs1, o.realWorkPairs16, o.realWorkPairs64, o.dcsi)
 	}
 	root, dir, bin, cleanup, err := setup(&o)
 	if err != nil {

@@ -325,6 +325,9 @@ func printReport(w io.Writer, res *Results) {
 		if rw.First != "" {
 			fmt.Fprintf(w, "first failure: %s\n", rw.First)
 		}
+		for _, s := range rw.StateOps {
+			fmt.Fprintf(tw, "%s at c=%d: fsyncs per create\t%.3f\tdirectory operations per create\t%.3f\t(%d pairs)\n", s.Path, s.Concurrency, s.FsyncsPerCreate, s.DirOpsPerCreate, s.Pairs)
+		}
 		for _, name := range realWorkPaths {
 			if kib, ok := rw.RSSKiB[name]; ok {
 				fmt.Fprintf(tw, "VmRSS of %s after %d pairs\t%.1f MiB\t\n", name, rw.PairsServed[name], float64(kib)/1024)
@@ -374,7 +377,7 @@ func settings(o options) map[string]any {
 		"concurrency": o.conc, "connections": o.connections, "probes_per_round": o.probeN,
 		"benchtime": o.microTime, "burst_rounds": o.burstRounds, "burst_pairs": o.burstPairs,
 		"burst_concurrency": o.burstConc, "node_rules": o.nodeRules,
-		"realwork_rounds": o.realWorkRounds, "realwork_pairs_c1": o.realWorkPairs1, "realwork_pairs_c16": o.realWorkPairs16,
+		"realwork_rounds": o.realWorkRounds, "realwork_pairs_c1": o.realWorkPairs1, "realwork_pairs_c16": o.realWorkPairs16, "realwork_pairs_c64": o.realWorkPairs64,
 		// Both forwarders run from copies of the benchmark's binary.
 		"forwarder_binaries": "copies",
 	}

@@ -235,14 +235,14 @@ func TestStatusKiB(t *testing.T) {
 func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 	rw := &RealWork{SkipReason: "no democratic-csi checkout given", RSSKiB: map[string]int64{"builtin-proxy": 30000}}
 	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy", "csi-typed"} {
-		for _, c := range []int{1, 16} {
+		for _, c := range []int{1, 16, 64} {
 			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})
 		}
 	}
 	skipped := 0
 	goals, reports := realWorkTargets(rw)
-	if len(reports) != 4 {
-		t.Errorf("reported = %+v, want 4: the csi proxy over the typed forwarder and over the built-in driver, the built-in behind the proxy over itself at c=1 and c=16", reports)
+	if len(reports) != 5 {
+		t.Errorf("reported = %+v, want 5: the csi proxy over the typed forwarder and over the built-in driver, the built-in behind the proxy over itself at c=1, c=16 and c=64", reports)
 	}
 	for _, r := range reports {
 		if r.Value != 1 {
@@ -262,8 +262,8 @@ func TestRealWorkTargetsWithoutPeer(t *testing.T) {
 			t.Errorf("target without a peer missed: %q", line)
 		}
 	}
-	if skipped != 4 {
-		t.Errorf("%d targets skipped, want the 4 peer targets", skipped)
+	if skipped != 5 {
+		t.Errorf("%d targets skipped, want the 5 peer targets", skipped)
 	}
 }
 
@@ -277,7 +277,7 @@ func TestRealWorkProxyHeldToTypedFloor(t *testing.T) {
 	}{{900, true}, {890, false}} {
 		rw := &RealWork{FS: "ext4", Peer: "dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
 		for path, tput := range map[string]float64{"builtin-proxy": 4000, "builtin-direct": 4000, "csi-proxy": tc.proxy, "csi-typed": 1000, "dcsi-direct": 2000, "dcsi-proxy": 1900} {
-			for _, c := range []int{1, 16} {
+			for _, c := range []int{1, 16, 64} {
 				rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1e6 / tput, Throughput: tput}})
 			}
 		}
@@ -298,6 +298,7 @@ func TestRealWorkProxyHeldToTypedFloor(t *testing.T) {
 			"realwork_c16_pairs_per_s_builtin_direct_over_dcsi_direct":   2,
 			"realwork_c1_pair_p50_builtin_proxy_over_builtin_direct":     1,
 			"realwork_c16_pairs_per_s_builtin_proxy_over_builtin_direct": 1,
+			"realwork_c64_pairs_per_s_builtin_proxy_over_builtin_direct": 1,
 		}
 		for _, r := range reports {
 			if w, ok := want[r.Name]; !ok || math.Abs(r.Value-w) > 1e-9 {
@@ -317,7 +318,7 @@ func TestRealWorkProxyHeldToTypedFloor(t *testing.T) {
 func TestRealWorkTargetsOnTmpfs(t *testing.T) {
 	rw := &RealWork{FS: "tmpfs", Peer: "/opt/dcsi", RSSKiB: map[string]int64{"builtin-proxy": 30000, "dcsi-direct": 150000}}
 	for _, path := range []string{"builtin-proxy", "builtin-direct", "csi-proxy", "dcsi-direct", "dcsi-proxy"} {
-		for _, c := range []int{1, 16} {
+		for _, c := range []int{1, 16, 64} {
 			rw.Rows = append(rw.Rows, PathResult{Method: "CreateVolume+DeleteVolume", Concurrency: c, Path: path, Stats: load.Stats{N: 10, P50us: 1000, Throughput: 1000}})
 		}
 	}
@@ -336,8 +337,41 @@ func TestRealWorkTargetsOnTmpfs(t *testing.T) {
 		}
 		skipped++
 	}
-	if skipped != 4 {
-		t.Errorf("%d targets skipped on tmpfs, want 4", skipped)
+	if skipped != 5 {
+		t.Errorf("%d targets skipped on tmpfs, want 5", skipped)
+	}
+}
+
+// The built-in driver's fsyncs per create at c=16 are a goal (0.5 passes,
+// 0.51 misses) once they were counted; every count is reported.
+func TestRealWorkFsyncsPerCreate(t *testing.T) {
+	for _, tc := range []struct {
+		fsyncs float64
+		ok     bool
+	}{{0.5, true}, {0.51, false}} {
+		rw := &RealWork{FS: "ext4", StateOps: []StateOps{
+			{Path: "builtin-proxy", Concurrency: 1, Pairs: 10, FsyncsPerCreate: 2, DirOpsPerCreate: 0.1},
+			{Path: "builtin-proxy", Concurrency: 16, Pairs: 10, FsyncsPerCreate: tc.fsyncs, DirOpsPerCreate: 0.1},
+		}}
+		goals, reports := realWorkTargets(rw)
+		var found *Target
+		for i := range goals {
+			if goals[i].Name == "realwork_c16_fsyncs_per_create_builtin_proxy" {
+				found = &goals[i]
+			}
+		}
+		if found == nil || found.OK != tc.ok || found.Value != tc.fsyncs {
+			t.Errorf("%v fsyncs per create at c=16: target %+v, want ok %v", tc.fsyncs, found, tc.ok)
+		}
+		n := 0
+		for _, r := range reports {
+			if strings.Contains(r.Name, "_per_create_builtin_proxy") {
+				n++
+			}
+		}
+		if n != 4 {
+			t.Errorf("%d per-create counts reported, want 4 (fsyncs and directory operations at c=1 and c=16)", n)
+		}
 	}
 }
 

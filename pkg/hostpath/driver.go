@@ -9,21 +9,28 @@
 //
 // Layout under Options.BasePath (nothing else is ever written):
 //
-//	volumes/<volume id>/        data of one volume; the bind-mount source
+//	meta/journal/<gen>.log      the volume journal: creates, expansions, deletes
+//	meta/volumes/<id>.json      volume records folded out of the journal
+//	volumes/<volume id>/        data of one volume; the bind-mount source,
+//	                            made at first use for an empty volume
+//	meta/made/<id>              that directory was made
 //	snapshots/<snapshot id>/    copy of a volume taken by CreateSnapshot
-//	meta/volumes/<id>.json      volume record (name, capacity, content source)
 //	meta/snapshots/<id>.json    snapshot record
 //	meta/attachments/<id>.json  ControllerPublish records of one volume
 //	meta/basepath.json          the base path's marker (marker.go)
+//	meta/journal.lock           the journal's lease: one writer per base path
 //	tmp/<instance>/             work in progress of one running Driver
 //
-// A volume or snapshot exists exactly when its record exists: data is built
-// in tmp and renamed into place before the record, a delete removes the
-// record before the data, so a crash never leaves a record without data;
-// creates are durable when they return (sync.go);
-// deletes are not synced; the next Driver that starts on the same BasePath
-// cleans up what an interrupted call left (recover.go). The invariants are
-// in docs/reliability.md §10.
+// A volume exists exactly when the records folder with the journal
+// replayed over it says so (index.go); a change of a volume is durable
+// when its call returns: its entry is appended to the journal and synced,
+// one fdatasync shared by concurrent callers (journal.go). A snapshot
+// exists exactly when its record exists: data is built in tmp and renamed
+// into place before the record, a delete removes the record before the
+// data; its create is durable when it returns (sync.go), its delete is
+// not synced. The next Driver that starts alone on the same BasePath
+// folds the journal into the records and cleans up what an interrupted
+// call left (recover.go). The invariants are in docs/reliability.md §10.
 package hostpath
 
 import (

@@ -339,10 +339,15 @@ func (w *walker) unknownKey(path, k string, v *yaml.Node) {
 	}
 }
 
-// duplicates records a key written twice in the mapping n, as yaml.v3
-// refuses it.
+// duplicates records a key written twice in the mapping n, or one that is
+// not a scalar, as yaml.v3 refuses them.
 func (w *walker) duplicates(n *yaml.Node) {
 	c := n.Content
+	for i := 0; i < len(c); i += 2 {
+		if k := c[i]; k.Kind == yaml.MappingNode || k.Kind == yaml.SequenceNode {
+			w.terrors = append(w.terrors, fmt.Sprintf("line %d: cannot unmarshal %s into string", k.Line, k.Tag))
+		}
+	}
 	if len(c) > 64 {
 		// Past a few keys, by value: yaml.v3's pairwise check would cost
 		// the square of the mapping.
@@ -397,7 +402,10 @@ func (w *walker) scalar(path string, n *yaml.Node, v reflect.Value) bool {
 		return true
 	case t.Kind() == reflect.Bool:
 		if n.Tag != "!!bool" && !w.weak {
-			return false
+			// yaml.v3 reads YAML 1.1's yes, on, n … into a bool.
+			b, ok := yaml11Bools[n.Value]
+			v.SetBool(b)
+			return ok && n.Tag == "!!str"
 		}
 		b, err := strconv.ParseBool(n.Value)
 		v.SetBool(b)
@@ -428,6 +436,11 @@ func (w *walker) scalar(path string, n *yaml.Node, v reflect.Value) bool {
 		return true
 	}
 	return false
+}
+
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 func isInt(k reflect.Kind) bool {

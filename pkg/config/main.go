@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -182,7 +183,9 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 	}
 	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
 	d := decodeNode(doc, &m, decodeRules{weak: true, leaves: true})
-	if d.yamlErr != nil {
+	// What koanf's YAML reading refused (a document that is no mapping)
+	// is reported before anything else.
+	if d.yamlErr != nil || slices.ContainsFunc(d.shape, func(e keyError) bool { return e.key == "" }) {
 		return nil, fmt.Errorf("%s: %w", where, firstErrors(d.shapeErrors(nil), d.yamlErrors()))
 	}
 	k := koanf.New(".")

@@ -21,15 +21,18 @@ import (
 //     the line of every value (checkDepth, the second-document rule and
 //     the messages below use them).
 //  2. decodeNode walks the nodes as the Go type the file decodes into,
-//     whose shape (schemaOf) is read from its koanf tags once per type. The
-//     one walk finds the unknown keys, the values of the wrong shape (named
-//     by key and line, in YAML terms: "want a whole number; got a list"
-//     rather than "cannot unmarshal !!seq into int"), fractions for whole
-//     numbers, and builds the map of the known keys, each value of the Go
-//     kind its field wants; a string keeps the text the file wrote (0755
-//     stays "0755").
-//  3. koanf loads that map (the main config's env overrides are set on it)
-//     and decodes it into the struct.
+//     whose keys (schemaOf) are read from its koanf tags once per type,
+//     and sets the struct's fields as it goes. The one walk finds the
+//     unknown keys, the values of the wrong shape (named by key and line,
+//     in YAML terms: "want a whole number; got a list" rather than "cannot
+//     unmarshal !!seq into int"), and fractions for whole numbers. A
+//     string keeps the text the file wrote (0755 stays "0755").
+//  3. For the main config, koanf lays the env overrides over the result
+//     (applyEnv, LoadMain).
+//
+// Going through koanf's Load and Unmarshal instead doubled the cost of a
+// connection file (koanf deep-copies the map, mapstructure decodes it
+// again), and the controller parses thousands of them at start.
 
 // schema is the shape of a Go type in a config file, read from its koanf
 // tags.

@@ -18,6 +18,11 @@
 //   - file.go: any file of the connection folder, decoded once and parsed
 //     as its driver key says (ParseFile: a group or a connection), and the
 //     one-document rule both kinds share (noSecondDocument).
+//   - decode.go: the one decoding path all three take (decodeNode): the
+//     YAML nodes walked as the Go type, whose keys come from its koanf
+//     tags; unknown keys, values of the wrong shape (with their line) and
+//     fractions for whole numbers are found in that one walk.
+//     yamlnode.go holds its helpers over yaml.v3 nodes.
 package config
 
 import (

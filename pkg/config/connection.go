@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"reflect"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,58 +15,57 @@ import (
 
 // Connection is one <name>.yaml in the connection folder.
 //
-// Connection files are decoded with yaml.v3 rather than koanf because their
-// maps (parameters, extra labels) have keys containing dots, which koanf's
-// path delimiter would split.
+// It is decoded as the main config is (decodeNode, then koanf); the keys
+// with dots of its maps (parameters, extra labels) stay whole.
 type Connection struct {
 	// Driver is "csi" (forward to an external CSI driver) or
 	// "local-hostpath" (built in). "proxy" is refused: no proxy-on-proxy.
-	Driver        string         `yaml:"driver"`
-	CSI           CSIUpstream    `yaml:"csi"`
-	LocalHostpath LocalHostpath  `yaml:"local-hostpath"`
-	Proxy         ConnectionPlus `yaml:"proxy"`
+	Driver        string         `koanf:"driver"`
+	CSI           CSIUpstream    `koanf:"csi"`
+	LocalHostpath LocalHostpath  `koanf:"local-hostpath"`
+	Proxy         ConnectionPlus `koanf:"proxy"`
 }
 
 // CSIUpstream configures driver: csi.
 type CSIUpstream struct {
 	// Endpoint is the controller-side upstream: unix:///path or host:port.
-	Endpoint string `yaml:"endpoint"`
+	Endpoint string `koanf:"endpoint"`
 	// NodeEndpoint is the node-side upstream; empty means Endpoint.
-	NodeEndpoint string `yaml:"nodeEndpoint"`
+	NodeEndpoint string `koanf:"nodeEndpoint"`
 	// Timeout caps each upstream call; 0 means the caller's deadline only.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `koanf:"timeout"`
 	// Parameters are defaults under the StorageClass parameters (the
 	// StorageClass wins).
-	Parameters map[string]string `yaml:"parameters"`
+	Parameters map[string]string `koanf:"parameters"`
 	// Secrets are defaults under the request's secrets (the request wins).
-	Secrets map[string]string `yaml:"secrets"`
+	Secrets map[string]string `koanf:"secrets"`
 }
 
 // ConnectionPlus is the proxy section of a connection file.
 type ConnectionPlus struct {
-	PerDriver PerDriver `yaml:"perDriver"`
+	PerDriver PerDriver `koanf:"perDriver"`
 }
 
 // PerDriver holds proxy settings for this connection.
 type PerDriver struct {
 	// Topology lists where this connection's storage is reachable; empty
 	// means everywhere.
-	Topology []accessible.Entry `yaml:"topology"`
+	Topology []accessible.Entry `koanf:"topology"`
 	// UpstreamTopology maps the keys of the upstream's accessible_topology
 	// to this proxy's keys (SPEC §13): upstream key -> proxy key, short
 	// proxy keys get the prefix. Empty: an upstream answering topology is
 	// refused unless it cannot widen (SPEC §8).
-	UpstreamTopology map[string]string `yaml:"upstreamTopology"`
+	UpstreamTopology map[string]string `koanf:"upstreamTopology"`
 	// NodeID translates the CO's node id (the node name) into the id this
 	// connection's upstream expects in ControllerPublish/Unpublish.
-	NodeID NodeIDTemplate `yaml:"nodeId"`
+	NodeID NodeIDTemplate `koanf:"nodeId"`
 }
 
 // NodeIDTemplate renders an upstream node id.
 type NodeIDTemplate struct {
 	// Template is text with {nodeName} placeholders, e.g.
 	// "iqn.2000-01.com.example:{nodeName}". Empty means "{nodeName}".
-	Template string `yaml:"template"`
+	Template string `koanf:"template"`
 }
 
 // NodeNamePlaceholder is replaced by the node name in NodeIDTemplate.
@@ -122,20 +119,16 @@ func ParseConnection(file string, data []byte, topo accessible.Options) (*Connec
 // decoded by dec (decodeDocument), which must hold no second one.
 func parseConnection(file string, data []byte, doc *yaml.Node, dec *yaml.Decoder, topo accessible.Options) (*Connection, []string, error) {
 	var c Connection
-	// An empty file is the zero Connection, so it fails validation with
-	// "driver: required" rather than a bare EOF.
-	if doc.Kind != 0 {
-		if err := doc.Decode(&c); err != nil {
-			if errs := shapeErrors(doc, reflect.TypeOf(c), "csi.secrets"); len(errs) > 0 {
-				return nil, nil, fmt.Errorf("file %s: %w", file, errors.Join(errs...))
-			}
-			return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
-		}
+	d := decodeNode(doc, &c, decodeRules{secret: "csi.secrets"})
+	if err := firstErrors(d.shapeErrors(nil), d.yamlErrors()); err != nil {
+		// yaml.v3 quotes values in its own messages; those of csi.secrets
+		// are hidden.
+		return nil, nil, fmt.Errorf("file %s: %s", file, hideSecrets(err.Error(), data))
 	}
 	if err := noSecondDocument(file, dec); err != nil {
 		return nil, nil, err
 	}
-	warnings, unknownProxy := unknownConnectionKeys(file, doc)
+	warnings, unknownProxy := d.unknownKeys("file " + file)
 	if err := errors.Join(append(unknownProxy, c.Validate(topo))...); err != nil {
 		return nil, warnings, fmt.Errorf("file %s: %w", file, err)
 	}
@@ -261,166 +254,4 @@ func hideSecrets(msg string, data []byte) string {
 		}
 	}
 	return msg
-}
-
-// mappingValue returns the value node of key in a mapping (or in a
-// document holding one), nil if there is none.
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-		n = n.Content[0]
-	}
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// connectionKeys lists the keys allowed under each path; "[]" stands for
-// any list item. Paths not listed (parameters, secrets, requirements, extra)
-// have free-form keys.
-var connectionKeys = map[string][]string{
-	"":                           {"driver", "csi", "local-hostpath", "proxy"},
-	"csi":                        {"endpoint", "nodeEndpoint", "timeout", "parameters", "secrets"},
-	"local-hostpath":             {"shareBasePath", "stage", "controllerPublish"},
-	"proxy":                      {"perDriver"},
-	"proxy.perDriver":            {"topology", "upstreamTopology", "nodeId"},
-	"proxy.perDriver.topology[]": {"requirements", "extra"},
-	"proxy.perDriver.nodeId":     {"template"},
-}
-
-// unknownConnectionKeys names every key yaml.v3 would silently ignore, with
-// its full path (proxy.perDriver.topology[1].extras): those under proxy:
-// as errors (a misspelt topology would make the connection reachable
-// everywhere), the others as warnings. doc is the decoded document, walked
-// as it is (no second decoding of the file).
-func unknownConnectionKeys(file string, doc *yaml.Node) (warnings []string, errs []error) {
-	// schema is the path in connectionKeys, path the one shown to the user.
-	var walk func(schema, path string, n *yaml.Node)
-	walk = func(schema, path string, n *yaml.Node) {
-		n = resolveAlias(n)
-		if n == nil {
-			return
-		}
-		if n.Kind == yaml.SequenceNode {
-			if _, nested := connectionKeys[schema+"[]"]; nested {
-				for i, item := range n.Content {
-					walk(schema+"[]", fmt.Sprintf("%s[%d]", path, i), item)
-				}
-			}
-			return
-		}
-		allowed, nested := connectionKeys[schema]
-		if !nested || n.Kind != yaml.MappingNode {
-			return
-		}
-		pairs := mappingPairs(n)
-		keys := make([]string, 0, len(pairs))
-		for k := range pairs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			sub, subPath := k, k
-			if path != "" {
-				sub, subPath = schema+"."+k, path+"."+k
-			}
-			if !contains(allowed, k) {
-				if subPath == "proxy" || strings.HasPrefix(subPath, "proxy.") {
-					errs = append(errs, fmt.Errorf("%s: %s", showKey(subPath), unknownProxyKey))
-				} else {
-					warnings = append(warnings, fmt.Sprintf("file %s: unknown key %s (ignored)", file, showKey(subPath)))
-				}
-				continue
-			}
-			walk(sub, subPath, pairs[k])
-		}
-	}
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		walk("", "", doc.Content[0])
-	}
-	return warnings, errs
-}
-
-// mappingPairs returns the keys of a mapping node with their values as
-// decoding sees them: merge keys (<<: *defaults) contribute the keys of
-// the mappings they name, and a key written in the mapping itself wins
-// over a merged one.
-func mappingPairs(n *yaml.Node) map[string]*yaml.Node {
-	out := make(map[string]*yaml.Node, len(n.Content)/2)
-	var merged []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
-			merged = append(merged, v)
-			continue
-		}
-		out[k.Value] = v
-	}
-	for _, v := range merged {
-		if v = resolveAlias(v); v == nil {
-			continue
-		}
-		sources := []*yaml.Node{v}
-		if v.Kind == yaml.SequenceNode {
-			sources = v.Content
-		}
-		for _, m := range sources {
-			if m = resolveAlias(m); m == nil || m.Kind != yaml.MappingNode {
-				continue
-			}
-			for k, mv := range mappingPairs(m) {
-				if _, own := out[k]; !own {
-					out[k] = mv
-				}
-			}
-		}
-	}
-	return out
-}
-
-// resolveAlias returns the node an alias (*name) stands for.
-func resolveAlias(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-// stringMap returns a decoded YAML mapping with its keys as strings; yaml.v3
-// decodes a nested mapping with a non-string key (1: x) as map[any]any.
-func stringMap(v any) (map[string]any, bool) {
-	switch m := v.(type) {
-	case map[string]any:
-		return m, true
-	case map[any]any:
-		out := make(map[string]any, len(m))
-		for k, x := range m {
-			out[fmt.Sprint(k)] = x
-		}
-		return out, true
-	}
-	return nil, false
-}
-
-// emptyDocument reports whether n, decoded from a document after the first,
-// holds nothing: a trailing "---" or only comments.
-func emptyDocument(n *yaml.Node) bool {
-	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-		n = n.Content[0]
-	}
-	return n.Kind == 0 || n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

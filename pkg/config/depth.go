@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 
 	"go.yaml.in/yaml/v3"
@@ -96,22 +95,6 @@ func (d *depthCheck) within(n *yaml.Node, budget int) bool {
 	}
 	d.height[n] = h
 	return true
-}
-
-// checkMainDepth is checkDepth for a main config named name, every
-// document of it. A file that does not parse passes: koanf reports the
-// syntax error.
-func checkMainDepth(name string, data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var doc yaml.Node
-		if err := dec.Decode(&doc); err != nil {
-			return nil // the end, or a syntax error koanf reports
-		}
-		if err := checkDepth("config "+name, &doc); err != nil {
-			return err
-		}
-	}
 }
 
 // maxShownKey bounds a key path in a message: 64 levels of short keys fit.

@@ -23,16 +23,15 @@ type File struct {
 
 // ParseFile decodes and validates one file of the connection folder as
 // its driver key says: ParseGroup for driver: group, ParseConnection for
-// any other. The YAML is parsed once (a group, rare, is decoded again
-// strictly by ParseGroup); the store and the survey load thousands of
-// files this way. file is used in messages only.
+// any other. The YAML is parsed once; the store and the survey load
+// thousands of files this way. file is used in messages only.
 func ParseFile(file string, data []byte, topo accessible.Options) (File, error) {
 	doc, dec, err := decodeDocument(file, data)
 	if err != nil {
 		return File{}, err
 	}
 	if driverOf(doc) == DriverGroup {
-		g, err := ParseGroup(file, data)
+		g, err := parseGroup(file, doc, dec)
 		if err != nil {
 			return File{}, err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -78,14 +79,14 @@ func FuzzUnknownKeysAsDecoded(f *testing.F) {
 		if yaml.Unmarshal(data, &raw) != nil {
 			return
 		}
-		want := mapUnknownKeys("", "", raw)
-		warnings, errs := unknownConnectionKeys("f.yaml", doc)
-		var got []string
-		for _, w := range warnings {
-			got = append(got, strings.TrimSuffix(strings.TrimPrefix(w, "file f.yaml: unknown key "), " (ignored)"))
+		want := mapUnknownKeys(schemaOf(reflect.TypeOf(Connection{})), "", raw)
+		d := decodeNode(doc, &Connection{}, decodeRules{})
+		if d.yamlErr != nil || len(d.shape) > 0 {
+			return // the file is refused before its keys are looked at
 		}
-		for _, e := range errs {
-			got = append(got, strings.TrimSuffix(e.Error(), ": "+unknownProxyKey))
+		var got []string
+		for _, u := range d.unknown {
+			got = append(got, u.path())
 		}
 		slices.Sort(got)
 		slices.Sort(want)
@@ -96,35 +97,55 @@ func FuzzUnknownKeysAsDecoded(f *testing.F) {
 }
 
 // mapUnknownKeys is the unknown-key walk over decoded maps, the reference
-// for FuzzUnknownKeysAsDecoded.
-func mapUnknownKeys(schema, path string, v any) []string {
-	if list, ok := v.([]any); ok {
+// for FuzzUnknownKeysAsDecoded: the keys of v, a value of s, that s does
+// not know. Maps' own keys are free-form.
+func mapUnknownKeys(s *schema, path string, v any) []string {
+	switch s.t.Kind() {
+	case reflect.Slice:
+		list, _ := v.([]any)
 		var out []string
-		if _, nested := connectionKeys[schema+"[]"]; nested {
-			for i, item := range list {
-				out = append(out, mapUnknownKeys(schema+"[]", fmt.Sprintf("%s[%d]", path, i), item)...)
-			}
+		for i, item := range list {
+			out = append(out, mapUnknownKeys(s.elem, fmt.Sprintf("%s[%d]", path, i), item)...)
 		}
 		return out
+	case reflect.Struct:
+	default:
+		return nil
 	}
-	allowed, nested := connectionKeys[schema]
 	m, ok := stringMap(v)
-	if !nested || !ok {
+	if !ok {
 		return nil
 	}
 	var out []string
 	for k, sub := range m {
-		subSchema, subPath := k, k
+		subPath := k
 		if path != "" {
-			subSchema, subPath = schema+"."+k, path+"."+k
+			subPath = path + "." + k
 		}
-		if !slices.Contains(allowed, k) {
+		fs := s.field(k)
+		if fs == nil {
 			out = append(out, subPath)
 			continue
 		}
-		out = append(out, mapUnknownKeys(subSchema, subPath, sub)...)
+		out = append(out, mapUnknownKeys(fs.s, subPath, sub)...)
 	}
 	return out
+}
+
+// stringMap returns a decoded YAML mapping with its keys as strings; yaml.v3
+// decodes a nested mapping with a non-string key (1: x) as map[any]any.
+func stringMap(v any) (map[string]any, bool) {
+	switch m := v.(type) {
+	case map[string]any:
+		return m, true
+	case map[any]any:
+		out := make(map[string]any, len(m))
+		for k, x := range m {
+			out[fmt.Sprint(k)] = x
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // stringKeysOnly reports whether every mapping key in n is a plain string

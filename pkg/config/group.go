@@ -1,11 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"reflect"
 	"slices"
 
 	"go.yaml.in/yaml/v3"
@@ -24,8 +21,8 @@ const DriverGroup = "group"
 // members' topology decides where a volume goes), so a file that mixes
 // them is refused rather than half applied.
 type Group struct {
-	Driver string       `yaml:"driver"`
-	Group  GroupMembers `yaml:"group"`
+	Driver string       `koanf:"driver"`
+	Group  GroupMembers `koanf:"group"`
 }
 
 // GroupMembers is the group: section.
@@ -33,7 +30,7 @@ type GroupMembers struct {
 	// Members are names of ordinary connections, in the order a
 	// CreateVolume tries them: for each of the request's terms, the first
 	// member whose topology admits it is chosen.
-	Members []string `yaml:"members"`
+	Members []string `koanf:"members"`
 }
 
 // IsGroupFile reports whether data is a connection file that says
@@ -44,12 +41,6 @@ func IsGroupFile(data []byte) bool {
 	return err == nil && driverOf(doc) == DriverGroup
 }
 
-// groupKeys are the keys a group file may have, by path.
-var groupKeys = map[string][]string{
-	"":      {"driver", "group"},
-	"group": {"members"},
-}
-
 // ParseGroup decodes and validates a group file. file is used in
 // messages only. Whether the members exist, load and are not groups
 // themselves is not known here: members can come and go at run time, so
@@ -58,14 +49,31 @@ var groupKeys = map[string][]string{
 // with the error, so that `check` can go on to report the problems of
 // every member at once; the proxy uses no Group that came with an error.
 func ParseGroup(file string, data []byte) (*Group, error) {
-	if _, _, err := decodeDocument(file, data); err != nil {
+	doc, dec, err := decodeDocument(file, data)
+	if err != nil {
 		return nil, err
 	}
+	return parseGroup(file, doc, dec)
+}
+
+// parseGroup is ParseGroup of the file's first document, already decoded
+// by dec (decodeDocument). Every key of another driver (csi,
+// local-hostpath, proxy.perDriver) is refused, not warned about: it would
+// be ignored, and a topology written on a group would look like it
+// restricts the group while the members' topology decides.
+func parseGroup(file string, doc *yaml.Node, dec *yaml.Decoder) (*Group, error) {
 	var g Group
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&g); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("file %s: %w", file, groupDecodeError(err, data))
+	d := decodeNode(doc, &g, decodeRules{})
+	var unknown []error
+	for _, u := range d.unknown {
+		if u.parent == "" {
+			unknown = append(unknown, fmt.Errorf("%s: not a key of a group file (driver: group has only group.members; a member's own file holds its endpoint and topology)", u.key))
+		} else {
+			unknown = append(unknown, fmt.Errorf("%s.%s: unknown key (a group has only group.members)", u.parent, showKey(u.key)))
+		}
+	}
+	if err := firstErrors(d.shapeErrors(nil), unknown, d.yamlErrors()); err != nil {
+		return nil, fmt.Errorf("file %s: %w", file, err)
 	}
 	if err := noSecondDocument(file, dec); err != nil {
 		return nil, err
@@ -74,56 +82,6 @@ func ParseGroup(file string, data []byte) (*Group, error) {
 		return &g, fmt.Errorf("file %s: %w", file, err)
 	}
 	return &g, nil
-}
-
-// groupDecodeError turns yaml.v3's strict-decoding complaint about a key
-// into one that names the key's path and says why a group refuses it:
-// every key of another driver (csi, local-hostpath, proxy.perDriver) would
-// be silently ignored, and a topology written on a group would look like
-// it restricts the group while the members' topology decides.
-func groupDecodeError(err error, data []byte) error {
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) == nil {
-		if errs := shapeErrors(&doc, reflect.TypeOf(Group{}), ""); len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-	}
-	var raw map[string]any
-	if yaml.Unmarshal(data, &raw) != nil {
-		return err
-	}
-	var errs []error
-	for _, k := range sortedKeys(raw) {
-		if !slices.Contains(groupKeys[""], k) {
-			errs = append(errs, fmt.Errorf("%s: not a key of a group file (driver: group has only group.members; a member's own file holds its endpoint and topology)", k))
-			continue
-		}
-		if k != "group" {
-			continue
-		}
-		sub, ok := stringMap(raw[k])
-		if !ok {
-			continue
-		}
-		for _, sk := range sortedKeys(sub) {
-			if !slices.Contains(groupKeys["group"], sk) {
-				errs = append(errs, fmt.Errorf("group.%s: unknown key (a group has only group.members)", showKey(sk)))
-			}
-		}
-	}
-	if len(errs) == 0 {
-		return err
-	}
-	return errors.Join(errs...)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Validate checks what the file alone can tell; errors name the key path.

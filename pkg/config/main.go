@@ -18,22 +18,27 @@
 //   - file.go: any file of the connection folder, decoded once and parsed
 //     as its driver key says (ParseFile: a group or a connection), and the
 //     one-document rule both kinds share (noSecondDocument).
+//   - decode.go: the one decoding path all three take (decodeNode): the
+//     YAML nodes walked as the Go type, whose keys come from its koanf
+//     tags; unknown keys, values of the wrong shape (with their line) and
+//     fractions for whole numbers are found in that one walk.
+//     yamlnode.go holds its helpers over yaml.v3 nodes.
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"math"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/democratic-csi/proxy-topology/pkg/ids"
 	"github.com/democratic-csi/proxy-topology/pkg/nodetopology"
@@ -176,56 +181,34 @@ func LoadMainFile(path string) (*Loaded, error) {
 // for the file, "env <variable>: <key>: <reason>" for an override (the
 // file may be fine; the variable is what to fix).
 func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
-	// koanf makes a dotted key of every level, so a deep file costs the
-	// square of its depth there: the depth is checked first.
-	if err := checkMainDepth(name, data); err != nil {
-		return nil, err
-	}
-	k := koanf.New(".")
-	if err := k.Load(rawbytes.Provider(data), yaml.Parser()); err != nil {
-		if errs := mainShapeErrors(data); len(errs) > 0 {
-			return nil, fmt.Errorf("config %s: %w", name, errors.Join(errs...))
-		}
-		return nil, fmt.Errorf("config %s: %w", name, err)
-	}
-	known := knownKeys(reflect.TypeOf(Main{}), "")
-	fromEnv, err := applyEnv(k, known, environ)
+	where := "config " + name
+	doc, err := mainDocument(where, data)
 	if err != nil {
 		return nil, err
 	}
-	if err := capabilitiesValue(k); err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
+	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
+	d := decodeNode(doc, &m, decodeRules{weak: true, leaves: true})
+	// What koanf's YAML reading refused (a document that is no mapping)
+	// is reported before anything else.
+	if d.yamlErr != nil || slices.ContainsFunc(d.shape, func(e keyError) bool { return e.key == "" }) {
+		return nil, fmt.Errorf("%s: %w", where, firstErrors(d.shapeErrors(nil), d.yamlErrors()))
+	}
+	k := koanf.New(".")
+	fromEnv, err := applyEnv(k, environ)
+	if err != nil {
+		return nil, err
 	}
 	// An unknown key under proxy: is an error: a misspelt key there
 	// silently changes what the proxy does (where volumes may go, what it
-	// advertises). Elsewhere it is only warned about.
-	var warnings []string
-	var proxyErrs []error
-	for _, key := range k.Keys() {
-		if _, ok := known[key]; !ok && !underLeaf(key, known) {
-			if strings.HasPrefix(key, "proxy.") {
-				proxyErrs = append(proxyErrs, fmt.Errorf("%s: %s", showKey(key), unknownProxyKey))
-				continue
-			}
-			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %s (ignored)", name, showKey(key)))
-		}
+	// advertises). Elsewhere it is only warned about. What the file says
+	// of a key an override sets is not used, and not checked.
+	warnings, proxyErrs := d.unknownKeys(where)
+	if err := firstErrors(proxyErrs, d.valueErrors(fromEnv), d.shapeErrors(fromEnv)); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	proxyErrs = append(proxyErrs, unknownRuleKeys(k)...)
-	if len(proxyErrs) > 0 {
-		return nil, fmt.Errorf("config %s: %w", name, errors.Join(proxyErrs...))
-	}
-	if err := checkWholeNumbers(k, known); err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
-	}
-
-	m := Main{Proxy: Proxy{CacheTimeoutMinutes: 60}}
+	// koanf lays the overrides over what the file said.
 	if err := k.UnmarshalWithConf("", &m, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
-		// Named by key and shape in YAML terms where the file is at
-		// fault; an env override's value keeps koanf's message.
-		if errs := mainShapeErrors(data); len(errs) > 0 {
-			return nil, fmt.Errorf("config %s: %w", name, errors.Join(errs...))
-		}
-		return nil, fmt.Errorf("config %s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if m.Driver == "" {
 		m.Driver = DriverProxy
@@ -235,6 +218,30 @@ func LoadMain(name string, data []byte, environ []string) (*Loaded, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// mainDocument parses the first YAML document of a main config (an empty
+// file gives the zero node), as koanf's YAML parser reads it, and checks
+// the depth of every document (checkDepth) before anything decodes it
+// into keys.
+func mainDocument(where string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var first yaml.Node
+	if err := dec.Decode(&first); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := checkDepth(where, &first); err != nil {
+		return nil, err
+	}
+	for {
+		var doc yaml.Node
+		if dec.Decode(&doc) != nil {
+			return &first, nil // the end, or a document past the first that is not read
+		}
+		if err := checkDepth(where, &doc); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // validate checks the merged config. fromEnv maps the keys an env override
@@ -374,123 +381,15 @@ func ValidateCSIName(n string) error {
 	return nil
 }
 
-// knownKeys lists the dotted koanf paths of a struct's fields. Maps, slices
-// and non-struct fields are leaves. A nested struct is listed too, besides
-// its fields: koanf reports an empty section ("local-hostpath:" or
-// "nodeTopology: {}") as a key of its own, and it is not unknown.
-func knownKeys(t reflect.Type, prefix string) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("koanf")
-		if tag == "" {
-			continue
-		}
-		key := prefix + tag
-		out[key] = f.Type
-		if f.Type.Kind() == reflect.Struct {
-			for k, v := range knownKeys(f.Type, key+".") {
-				out[k] = v
-			}
-		}
-	}
-	return out
-}
-
-// checkWholeNumbers refuses a fraction for an integer key: the decoder
-// would silently truncate it, and "cacheTimeoutMinutes: 0.5" would turn the
-// cache off.
-func checkWholeNumbers(k *koanf.Koanf, known map[string]reflect.Type) error {
-	var errs []error
-	for _, key := range k.Keys() {
-		t, ok := known[key]
-		if !ok || !isInt(t.Kind()) {
-			continue
-		}
-		if f, ok := k.Get(key).(float64); ok && f != math.Trunc(f) {
-			errs = append(errs, fmt.Errorf("%s: %v is not a whole number", key, f))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func isInt(k reflect.Kind) bool {
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return true
-	}
-	return false
-}
-
-// underLeaf reports whether key sits inside a map-typed leaf (whose own keys
-// are free-form).
-func underLeaf(key string, known map[string]reflect.Type) bool {
-	for k, t := range known {
-		if t.Kind() == reflect.Map && strings.HasPrefix(key, k+".") {
-			return true
-		}
-	}
-	return false
-}
-
-// unknownProxyKey is the reason given for an unknown key under proxy:, in
-// the main config and in connection files.
-const unknownProxyKey = "unknown key under proxy: (a misspelt key there would silently change what the proxy does, so it is an error, not a warning)"
-
-// capabilitiesValue turns proxy.capabilities: auto (a string) into the
-// empty section that means auto, so it decodes into Capabilities; any other
-// string is an error naming the key.
-func capabilitiesValue(k *koanf.Koanf) error {
-	const key = "proxy.capabilities"
-	s, ok := k.Get(key).(string)
-	if !ok {
-		return nil
-	}
-	if s != CapabilitiesAuto && s != "" {
-		return fmt.Errorf("%s: %q: want %s, or a section with controller, node and volumeExpansion", key, s, CapabilitiesAuto)
-	}
-	k.Delete(key)
-	return nil
-}
-
-// unknownRuleKeys finds misspelt keys inside fromRegexp rules, which koanf
-// keeps as a raw list.
-func unknownRuleKeys(k *koanf.Koanf) []error {
-	rules, ok := k.Get("proxy.nodeTopology.fromRegexp").([]any)
-	if !ok {
-		return nil
-	}
-	known := knownKeys(reflect.TypeOf(nodetopology.Rule{}), "")
-	var out []error
-	for i, r := range rules {
-		m, ok := r.(map[string]any)
-		if !ok {
-			continue
-		}
-		keys := make([]string, 0, len(m))
-		for key := range m {
-			keys = append(keys, key)
-		}
-		sort.Strings(keys)
-		for _, key := range keys {
-			if _, ok := known[key]; !ok {
-				out = append(out, fmt.Errorf("proxy.nodeTopology.fromRegexp[%d].%s: %s", i, showKey(key), unknownProxyKey))
-			}
-		}
-	}
-	return out
-}
-
 // applyEnv sets scalar keys from PROXY_TOPOLOGY_SET_* variables and
 // returns which variable set each key. Its errors name the variable, not
 // the file.
-func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) (fromEnv map[string]string, err error) {
-	byEnv := map[string]string{}
-	for key, t := range known {
-		switch t.Kind() {
-		case reflect.String, reflect.Int, reflect.Int64, reflect.Bool:
-			byEnv[strings.ToUpper(strings.ReplaceAll(strings.ReplaceAll(key, ".", "__"), "-", "_"))] = key
-		}
+func applyEnv(k *koanf.Koanf, environ []string) (fromEnv map[string]string, err error) {
+	kinds := map[string]reflect.Kind{}
+	schemaOf(reflect.TypeOf(Main{})).scalars("", kinds)
+	byEnv := make(map[string]string, len(kinds))
+	for key := range kinds {
+		byEnv[strings.ToUpper(strings.ReplaceAll(strings.ReplaceAll(key, ".", "__"), "-", "_"))] = key
 	}
 	fromEnv = map[string]string{}
 	for _, kv := range environ {
@@ -505,7 +404,7 @@ func applyEnv(k *koanf.Koanf, known map[string]reflect.Type, environ []string) (
 		// Convert here, so a bad value is reported against the variable
 		// that carried it rather than as if the file had said it.
 		var v any = value
-		switch kind := known[key].Kind(); {
+		switch kind := kinds[key]; {
 		case isInt(kind):
 			n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
 			if err != nil {

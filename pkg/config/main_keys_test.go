@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.yaml.in/yaml/v3"
 )
 
 // Unknown keys in the main config: warnings at the top level, errors under
@@ -106,8 +107,9 @@ func TestLoadMainUnknownProxyKeys(t *testing.T) {
 }
 
 // Main has no map-valued key today; the rule that a map's own keys are
-// free-form is checked on a struct that has one.
-func TestKnownKeysMapLeaf(t *testing.T) {
+// free-form is checked on a struct that has one. An untagged field is no
+// key.
+func TestUnknownKeysMapLeaf(t *testing.T) {
 	type section struct {
 		Labels map[string]string `koanf:"labels"`
 		Name   string            `koanf:"name"`
@@ -116,23 +118,37 @@ func TestKnownKeysMapLeaf(t *testing.T) {
 		Section  section `koanf:"section"`
 		Untagged string
 	}
-	known := knownKeys(reflect.TypeOf(root{}), "")
 	var keys []string
-	for k := range known {
-		keys = append(keys, k)
+	for _, f := range schemaOf(reflect.TypeOf(root{})).fields {
+		keys = append(keys, f.key)
 	}
-	if diff := cmp.Diff([]string{"section", "section.labels", "section.name"}, keys, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
-		t.Errorf("knownKeys (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{"section"}, keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
 	}
-	for key, want := range map[string]bool{
-		"section.labels.topology.kubernetes.io/zone": true,
-		"section.labels.a":                           true,
-		"section.labels":                             false, // the map itself is a known key, not under it
-		"section.name.x":                             false,
-		"section.labelsx.a":                          false,
-	} {
-		if got := underLeaf(key, known); got != want {
-			t.Errorf("underLeaf(%q) = %t, want %t", key, got, want)
-		}
+	var doc yaml.Node
+	yml := "section:\n  labels:\n    topology.kubernetes.io/zone: z\n    a: b\n  name: n\n  labelsx: {a: b}\nUntagged: u\n"
+	if err := yaml.Unmarshal([]byte(yml), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var got root
+	d := decodeNode(&doc, &got, decodeRules{weak: true, leaves: true})
+	var unknown []string
+	for _, u := range d.unknown {
+		unknown = append(unknown, u.path())
+	}
+	if diff := cmp.Diff([]string{"Untagged", "section.labelsx.a"}, unknown); diff != "" {
+		t.Errorf("unknown keys (-want +got):\n%s", diff)
+	}
+	want := root{Section: section{Labels: map[string]string{"topology.kubernetes.io/zone": "z", "a": "b"}, Name: "n"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decoded (-want +got):\n%s", diff)
+	}
+	// A map's own keys are free-form, but its values still have a shape.
+	if err := yaml.Unmarshal([]byte("section:\n  name:\n    x: 1\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	d = decodeNode(&doc, &root{}, decodeRules{weak: true, leaves: true})
+	if len(d.unknown) != 0 || len(d.shape) != 1 {
+		t.Errorf("name.x: unknown %v, shape errors %v; want one shape error", d.unknown, d.shape)
 	}
 }

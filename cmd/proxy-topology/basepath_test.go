@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,9 +31,19 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 	if !strings.HasPrefix(id, "v:local/vol-") {
 		t.Fatalf("volume id %q from %q", id, out)
 	}
-	dir := filepath.Join(oldBase, "volumes", hostpath.VolumeDir(strings.TrimPrefix(id, "v:local/")))
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatal(err)
+	// Recorded under the old base path (an empty volume's directory is
+	// made at first use).
+	volID := hostpath.VolumeDir(strings.TrimPrefix(id, "v:local/"))
+	recorded := func() bool {
+		vols, err := hostpath.VolumesAt(oldBase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := vols[volID]
+		return ok
+	}
+	if !recorded() {
+		t.Fatalf("volume %s is not recorded under %s", id, oldBase)
 	}
 
 	// A new file, written as an admin would; the store sees the change on
@@ -55,8 +64,8 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Errorf("the volume under the old base path: %v", err)
+	if !recorded() {
+		t.Errorf("the volume under the old base path is gone")
 	}
 
 	code, out, _ = runArgs("check", "--config", filepath.Join(filepath.Dir(s.Folder), "proxy.yaml"), "--csi-endpoint", "unix:///run/own.sock")
@@ -76,7 +85,7 @@ func TestBasePathChangeThroughTheProxy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("the volume after delete-volume: %v", err)
+	if recorded() {
+		t.Errorf("the volume is still recorded after delete-volume")
 	}
 }

@@ -64,13 +64,17 @@ type volumeState struct {
 	damaged []string
 }
 
-func (st *volumeState) apply(e *journalEntry) {
-	delete(st.corrupt, e.ID)
+func (st *volumeState) apply(e *journalEntry) { applyEntry(st.vols, st.corrupt, e) }
+
+// applyEntry is e's effect on a set of volumes: the one place an entry is
+// interpreted.
+func applyEntry(vols map[string]*volumeRecord, corrupt map[string]error, e *journalEntry) {
+	delete(corrupt, e.ID)
 	switch e.Op {
 	case opPut:
-		st.vols[e.ID] = e.Volume
+		vols[e.ID] = e.Volume
 	case opDelete:
-		delete(st.vols, e.ID)
+		delete(vols, e.ID)
 	}
 }
 
@@ -184,15 +188,7 @@ func (s *store) refresh() error {
 		if g == ix.gen {
 			from = ix.off
 		}
-		n, err := s.readLogFrom(g, from, func(e *journalEntry) {
-			delete(ix.corrupt, e.ID)
-			switch e.Op {
-			case opPut:
-				ix.vols[e.ID] = e.Volume
-			case opDelete:
-				delete(ix.vols, e.ID)
-			}
-		})
+		n, err := s.readLogFrom(g, from, func(e *journalEntry) { applyEntry(ix.vols, ix.corrupt, e) })
 		if errors.Is(err, fs.ErrNotExist) {
 			return s.reloadLocked()
 		}

@@ -19,13 +19,7 @@ func (s *store) change(ctx context.Context, e *journalEntry) error {
 	}
 	ix := &s.index
 	ix.mu.Lock()
-	delete(ix.corrupt, e.ID)
-	switch e.Op {
-	case opPut:
-		ix.vols[e.ID] = e.Volume
-	case opDelete:
-		delete(ix.vols, e.ID)
-	}
+	applyEntry(ix.vols, ix.corrupt, e)
 	ix.mu.Unlock()
 	return nil
 }

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -285,21 +283,10 @@ func (c *cluster) deleteOnCleanup(t *testing.T, volumeID string, deleted func() 
 	})
 }
 
-// volumeDirs lists the volume directories of a connection's storage.
+// volumeDirs lists the volumes of a connection's storage (volumesIn).
 func (c *cluster) volumeDirs(t *testing.T, conn string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(c.bases[conn], "volumes"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // storage never used: a built-in driver creates it on first load
-	}
-	if err != nil {
-		t.Fatalf("list volumes of %s: %v", conn, err)
-	}
-	var out []string
-	for _, e := range entries {
-		out = append(out, e.Name())
-	}
-	return out
+	return volumesIn(t, c.bases[conn])
 }
 
 // zoneTopology is a topology with just the zone segment.

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/democratic-csi/proxy-topology/internal/testkit"
+	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // faultRig is a proxy (mode all, JSON log, metrics on) in front of two
@@ -178,21 +181,30 @@ func (r *faultRig) capacity(ctx context.Context, conn string) error {
 	return r.note(err)
 }
 
-// volumes lists the volume directories in a base path.
+// volumesIn lists the volumes of a built-in driver's base path: those it
+// records (the records folder and the journal; an empty volume's directory
+// is made at first use) and any volume directory besides, sorted.
 func volumesIn(t *testing.T, base string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(base, "volumes"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	seen := map[string]bool{}
+	if _, err := os.Stat(base); errors.Is(err, fs.ErrNotExist) {
+		return nil // storage never used: a built-in driver creates it on first load
 	}
+	vols, err := hostpath.VolumesAt(base)
 	if err != nil {
+		t.Fatalf("volumes of %s: %v", base, err)
+	}
+	for id := range vols {
+		seen[id] = true
+	}
+	entries, err := os.ReadDir(filepath.Join(base, "volumes"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
-	var out []string
 	for _, e := range entries {
-		out = append(out, e.Name())
+		seen[e.Name()] = true
 	}
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // signal sends sig to the process.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,9 +171,9 @@ func TestNodeLocalMode(t *testing.T) {
 				// The directory is on the disk of the node it is pinned to,
 				// and nowhere else.
 				for _, n := range nodes {
-					entries, _ := os.ReadDir(filepath.Join(n.disk, "volumes"))
+					entries := volumesIn(t, n.disk)
 					if has := len(entries) > 0; has != (n == tc.on) {
-						t.Errorf("%s's disk holds %d volume directories", n.name, len(entries))
+						t.Errorf("%s's disk holds %d volumes", n.name, len(entries))
 					}
 				}
 			}

@@ -14,8 +14,6 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/democratic-csi/proxy-topology/pkg/hostpath"
 )
 
 // procIdentity tells one process from another that got the same pid: the
@@ -173,10 +171,8 @@ func (s *stack) checkUserVolume(t *testing.T, conn, pvName string) {
 	}
 	// Recorded under the connection's base path (an empty volume's
 	// directory is made at first use).
-	dir := s.volumeDir(t, conn, pv)
-	vols, err := hostpath.VolumesAt(filepath.Dir(filepath.Dir(dir)))
-	if _, ok := vols[filepath.Base(dir)]; err != nil || !ok {
-		t.Errorf("PV %s: not a volume recorded under the connection's base path %s: %v", pv.Name, filepath.Dir(filepath.Dir(dir)), err)
+	if ok, err := recorded(s.volumeDir(t, conn, pv)); !ok {
+		t.Errorf("PV %s: not a volume recorded under the connection's base path: %v", pv.Name, err)
 	}
 }
 

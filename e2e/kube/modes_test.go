@@ -128,8 +128,8 @@ func TestStorageClassModes(t *testing.T) {
 			}
 			t.Logf("PV %s affinity %v; pod on %s", pv.Name, got, node.Name)
 			dir := s.volumeDir(t, conn, pv)
-			if _, err := os.Stat(dir); err != nil {
-				t.Errorf("the volume's directory: %v", err)
+			if ok, err := recorded(dir); !ok {
+				t.Errorf("volume %s is not recorded under its connection's base path: %v", filepath.Base(dir), err)
 			}
 
 			// Reclaim: the real provisioner deletes the volume and the PV.
@@ -263,18 +263,36 @@ func (s *stack) volumeDir(t *testing.T, conn string, pv *corev1.PersistentVolume
 	return filepath.Join(s.base, conn, "volumes", id)
 }
 
-// waitGone waits for the PV to be deleted and its directory removed.
+// recorded reports whether the built-in driver records the volume whose
+// directory is dir (<base>/volumes/<id>) under its base path. An empty
+// volume's directory is made at its first NodeStage or NodePublish, so
+// where no kubelet publishes, the record is what proves the volume.
+func recorded(dir string) (bool, error) {
+	base := filepath.Dir(filepath.Dir(dir))
+	vols, err := hostpath.VolumesAt(base)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := vols[filepath.Base(dir)]; !ok {
+		return false, fmt.Errorf("%d volumes recorded under %s, not %s", len(vols), base, filepath.Base(dir))
+	}
+	return true, nil
+}
+
+// waitGone waits for the PV to be deleted and its volume gone: no record
+// under the base path and no directory.
 func (s *stack) waitGone(t *testing.T, pv, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, err := s.c.client.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
 		_, statErr := os.Stat(dir)
-		if apierrors.IsNotFound(err) && os.IsNotExist(statErr) {
+		rec, recErr := recorded(dir)
+		if apierrors.IsNotFound(err) && os.IsNotExist(statErr) && !rec {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 60s: PV %s: %v; volume directory: %v\nevents:\n%s", pv, err, statErr, s.events(t))
+			t.Fatalf("after 60s: PV %s: %v; volume directory: %v; recorded: %v (%v)\nevents:\n%s", pv, err, statErr, rec, recErr, s.events(t))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -143,9 +143,9 @@ func TestNodeLocalProvisioning(t *testing.T) {
 			}
 			id := hostpath.VolumeDir(pv.Spec.CSI.VolumeHandle[strings.LastIndex(pv.Spec.CSI.VolumeHandle, "/")+1:])
 			for _, n := range nodes {
-				_, err := os.Stat(filepath.Join(n.data, nlConnection, "volumes", id))
-				if has := err == nil; has != (n.name == on) {
-					t.Errorf("volume %s: directory on %s's disk: %v (the pod runs on %s)", id, n.name, has, on)
+				has, err := recorded(filepath.Join(n.data, nlConnection, "volumes", id))
+				if has != (n.name == on) {
+					t.Errorf("volume %s: recorded on %s's disk: %v (%v; the pod runs on %s)", id, n.name, has, err, on)
 				}
 			}
 

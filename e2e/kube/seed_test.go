@@ -90,8 +90,8 @@ func bindThroughSeedRelease(t *testing.T, c *cluster, pod *corev1.Pod, daemonSet
 		t.Errorf("PV %s node affinity (-want +got):\n%s", pv.Name, diff)
 	}
 	dir := s.volumeDir(t, conn, pv)
-	if _, err := os.Stat(dir); err != nil {
-		t.Errorf("the volume's directory: %v", err)
+	if ok, err := recorded(dir); !ok {
+		t.Errorf("volume %s is not recorded under its connection's base path: %v", filepath.Base(dir), err)
 	}
 	t.Logf("seed release: claim seed-claim Bound to %s (affinity %v), pod on %s", pv.Name, got, p.Spec.NodeName)
 
